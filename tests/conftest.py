@@ -1,0 +1,46 @@
+"""Shared fixtures: every test must leave no extra threads and no open file descriptors."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Iterator, List
+
+import pytest
+
+from watchdog_sync._watchdog import THREAD_NAME
+
+_SETTLE_SECONDS = 2.0
+
+
+def _threads() -> List[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name != THREAD_NAME]
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves threads or file descriptors behind (after a short settle)."""
+    before_threads = set(_threads())
+    before_fds = _fds()
+    excepthook_calls: List[threading.ExceptHookArgs] = []
+    previous_hook = threading.excepthook
+    threading.excepthook = excepthook_calls.append
+    try:
+        yield
+    finally:
+        threading.excepthook = previous_hook
+    give_up = time.monotonic() + _SETTLE_SECONDS
+    while True:
+        extra = [t for t in _threads() if t not in before_threads and t.is_alive()]
+        fds = _fds()
+        if (not extra and fds <= before_fds) or time.monotonic() > give_up:
+            break
+        time.sleep(0.01)
+    assert not excepthook_calls, f"an exception escaped a thread: {excepthook_calls[0].exc_value!r}"
+    assert not extra, f"threads left running: {[t.name for t in extra]}"
+    assert fds <= before_fds, f"file descriptors leaked: {before_fds} before, {fds} after"

@@ -1,0 +1,231 @@
+"""Budget: absolute deadline, children that only shrink, cancellation, on_done, sleep."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import threading
+import time
+
+import pytest
+
+from watchdog_sync import Budget, Cancelled
+from watchdog_sync._watchdog import THREAD_NAME
+from watchdog_sync.testing import FakeClock
+
+pytestmark = pytest.mark.timeout(20)
+
+
+def test_unbounded_budget_has_infinite_remaining_and_no_deadline() -> None:
+    budget = Budget()
+    assert budget.deadline is None
+    assert budget.remaining() == math.inf
+    assert not budget.expired and not budget.cancelled
+
+
+def test_remaining_counts_down_on_the_injected_clock_and_never_goes_negative() -> None:
+    clock = FakeClock(100.0)
+    budget = Budget(5, clock=clock)
+    assert budget.deadline == 105.0
+    clock.advance(2)
+    assert budget.remaining() == 3.0
+    assert budget.elapsed() == 2.0
+    clock.advance(10)
+    assert budget.remaining() == 0.0
+    assert budget.expired
+
+
+def test_timedelta_and_absolute_deadline_take_the_earlier() -> None:
+    clock = FakeClock()
+    assert Budget(datetime.timedelta(seconds=3), clock=clock).deadline == 3.0
+    assert Budget(10, deadline=4.0, clock=clock).deadline == 4.0
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(True, TypeError), ("5", TypeError), (-1, ValueError), (float("nan"), ValueError)],
+)
+def test_bad_timeouts_are_rejected_with_the_parameter_name(value: object, error: type) -> None:
+    with pytest.raises(error, match="timeout"):
+        Budget(value)  # type: ignore[arg-type]
+
+
+def test_child_can_only_shrink_the_parent_time() -> None:
+    clock = FakeClock()
+    parent = Budget(2, clock=clock)
+    assert parent.child(10).remaining() == 2.0
+    assert parent.child(0.5).remaining() == 0.5
+    assert parent.child().deadline == parent.deadline
+
+
+def test_cancelling_the_parent_ends_every_descendant_at_once() -> None:
+    parent = Budget(60)
+    child = parent.child(30)
+    grandchild = child.child()
+    parent.cancel("stop")
+    assert child.cancelled and grandchild.cancelled
+    assert grandchild.remaining() == 0.0
+    with pytest.raises(Cancelled) as info:
+        grandchild.check()
+    assert info.value.budget is parent
+    assert info.value.reason == "stop"
+
+
+def test_cancelling_a_child_leaves_the_parent_alone() -> None:
+    parent = Budget(60)
+    child = parent.child()
+    child.cancel()
+    assert child.cancelled
+    assert not parent.cancelled
+    parent.check()
+
+
+def test_a_child_of_a_cancelled_budget_starts_cancelled() -> None:
+    parent = Budget()
+    parent.cancel()
+    assert parent.child(5).cancelled
+
+
+def test_cancel_is_idempotent_and_keeps_the_first_reason() -> None:
+    budget = Budget()
+    budget.cancel("first")
+    budget.cancel("second")
+    with pytest.raises(Cancelled) as info:
+        budget.check()
+    assert info.value.reason == "first"
+
+
+def test_end_cause_names_the_outermost_ended_budget() -> None:
+    clock = FakeClock()
+    outer = Budget(1, clock=clock)
+    inner = outer.child(1)
+    clock.advance(1)
+    cause = inner.end_cause()
+    assert cause == (outer, "deadline_exceeded")
+
+
+def test_sleep_on_a_fake_clock_advances_it_without_real_time() -> None:
+    clock = FakeClock()
+    budget = Budget(10, clock=clock)
+    started = time.monotonic()
+    budget.sleep(3)
+    assert clock() == 3.0
+    assert time.monotonic() - started < 0.5
+
+
+def test_sleep_past_the_deadline_sleeps_only_until_it_then_raises() -> None:
+    clock = FakeClock()
+    budget = Budget(2, clock=clock)
+    with pytest.raises(Cancelled) as info:
+        budget.sleep(30)
+    assert clock.sleeps == [2.0]
+    assert info.value.reason == "deadline_exceeded"
+
+
+def test_sleep_in_an_ended_budget_raises_at_once() -> None:
+    budget = Budget()
+    budget.cancel()
+    with pytest.raises(Cancelled):
+        budget.sleep(5)
+
+
+def test_cancel_from_another_thread_wakes_a_sleeper_within_50ms() -> None:
+    budget = Budget(30)
+    woke: list[float] = []
+    errors: list[BaseException] = []
+
+    def sleeper() -> None:
+        try:
+            budget.sleep(20)
+        except Cancelled as exc:
+            errors.append(exc)
+            woke.append(time.monotonic())
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    time.sleep(0.05)  # let the sleeper block before cancelling it (the test's subject)
+    cancelled_at = time.monotonic()
+    budget.cancel()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert errors and errors[0].reason == "cancelled"  # type: ignore[attr-defined]
+    assert woke[0] - cancelled_at < 0.05
+
+
+def test_on_done_runs_once_at_expiry_on_the_watchdog_thread() -> None:
+    fired: list[str] = []
+    done = threading.Event()
+
+    def callback(budget: Budget) -> None:
+        fired.append(threading.current_thread().name)
+        done.set()
+
+    budget = Budget(0.05)
+    budget.on_done(callback)
+    assert done.wait(5)
+    budget.cancel()  # ending again does not run it twice
+    time.sleep(0.05)  # give a wrong second run the chance to show itself
+    assert fired == [THREAD_NAME]
+
+
+def test_on_done_runs_on_cancel_and_unregister_stops_it() -> None:
+    ran = threading.Event()
+    skipped: list[Budget] = []
+    budget = Budget(60)
+    budget.on_done(lambda b: ran.set())
+    unregister = budget.on_done(skipped.append)
+    unregister()
+    budget.cancel()
+    assert ran.wait(5)
+    assert skipped == []
+
+
+def test_on_done_after_the_end_runs_at_once() -> None:
+    ran = threading.Event()
+    budget = Budget()
+    budget.cancel()
+    budget.on_done(lambda b: ran.set())
+    assert ran.wait(5)
+
+
+def test_on_done_with_a_fake_clock_fires_inside_advance() -> None:
+    clock = FakeClock()
+    fired: list[float] = []
+    budget = Budget(5, clock=clock)
+    budget.on_done(lambda b: fired.append(clock()))
+    clock.advance(4.9)
+    assert fired == []
+    clock.advance(0.1)
+    assert fired == [5.0]
+
+
+def test_a_raising_callback_is_logged_and_the_watchdog_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    later = threading.Event()
+
+    def bad(budget: Budget) -> None:
+        raise RuntimeError("boom")
+
+    first = Budget(0.01)
+    first.on_done(bad)
+    second = Budget(0.05)
+    second.on_done(lambda b: later.set())
+    assert later.wait(5)
+    assert any("callback raised" in r.getMessage() for r in caplog.records)
+
+
+def test_ten_thousand_live_budgets_share_one_watchdog_thread() -> None:
+    budgets = [Budget(300) for _ in range(10_000)]
+    unregisters = [b.on_done(lambda b: None) for b in budgets]
+    names = [t.name for t in threading.enumerate() if t.name == THREAD_NAME]
+    assert names == [THREAD_NAME]
+    for unregister in unregisters:
+        unregister()
+
+
+def test_repr_says_state_and_time_left() -> None:
+    budget = Budget(5, stage="fetch", clock=FakeClock())
+    assert repr(budget) == "<Budget live 5.000s left stage='fetch'>"
+    budget.cancel()
+    assert "cancelled" in repr(budget)

@@ -1,0 +1,41 @@
+"""The public surface: __all__ is exactly the contract's names, sorted."""
+
+from __future__ import annotations
+
+import pytest
+
+import watchdog_sync
+
+pytestmark = pytest.mark.timeout(10)
+
+CONTRACT = {
+    "Budget",
+    "Cancelled",
+    "Classification",
+    "DeadlineExceeded",
+    "Event",
+    "HTTPStatusError",
+    "OperationCancelled",
+    "OperationTimeout",
+    "RetryExhausted",
+    "StreamIdleTimeout",
+    "StreamProtocolError",
+    "TransportError",
+    "WatchdogError",
+    "__version__",
+    "add_listener",
+    "carry_budget",
+    "classify",
+    "current_budget",
+    "deadline",
+}
+
+
+def test_all_is_the_public_contract() -> None:
+    assert set(watchdog_sync.__all__) == CONTRACT
+
+
+def test_all_is_sorted_and_every_name_imports() -> None:
+    assert watchdog_sync.__all__ == sorted(watchdog_sync.__all__)
+    for name in watchdog_sync.__all__:
+        assert getattr(watchdog_sync, name) is not None

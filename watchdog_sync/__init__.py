@@ -1,0 +1,46 @@
+"""watchdog_sync: keep blocking code from waiting forever.
+
+One absolute deadline shared by every stage (:class:`Budget`, :func:`deadline`),
+cancellation that ``except Exception`` cannot swallow (:class:`Cancelled`),
+and errors that say exactly what happened (:class:`WatchdogError`).
+"""
+
+from ._budget import Budget
+from ._classify import Classification, classify
+from ._errors import (
+    Cancelled,
+    DeadlineExceeded,
+    HTTPStatusError,
+    OperationCancelled,
+    OperationTimeout,
+    RetryExhausted,
+    StreamIdleTimeout,
+    StreamProtocolError,
+    TransportError,
+    WatchdogError,
+)
+from ._events import Event, add_listener
+from ._scope import carry_budget, current_budget, deadline
+from ._version import __version__
+
+__all__ = [
+    "Budget",
+    "Cancelled",
+    "Classification",
+    "DeadlineExceeded",
+    "Event",
+    "HTTPStatusError",
+    "OperationCancelled",
+    "OperationTimeout",
+    "RetryExhausted",
+    "StreamIdleTimeout",
+    "StreamProtocolError",
+    "TransportError",
+    "WatchdogError",
+    "__version__",
+    "add_listener",
+    "carry_budget",
+    "classify",
+    "current_budget",
+    "deadline",
+]

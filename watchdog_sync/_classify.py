@@ -1,0 +1,311 @@
+"""classify(exc): what happened, and whether another attempt could help.
+
+The order is the design's (DESIGN.md, "Classification, in order"); the first
+rule that matches wins. Foreign exceptions (requests, urllib3, socket,
+http.client) are read through ``__cause__`` / ``__context__`` chains and the
+wrappers' own fields, to a bounded depth.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import errno
+import http.client
+import math
+import re
+import socket
+from dataclasses import dataclass
+from typing import Any, Iterator, List, Mapping, Optional, Tuple
+
+from ._errors import (
+    Cancelled,
+    DeadlineExceeded,
+    HTTPStatusError,
+    OperationCancelled,
+    RetryExhausted,
+    StreamIdleTimeout,
+    StreamProtocolError,
+    TransportError,
+    WatchdogError,
+)
+
+__all__ = ["Classification", "classify", "parse_retry_after", "status_reason"]
+
+_MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class Classification:
+    """What an exception means for a retry loop.
+
+    ``kind`` is one of ``'cancelled'``, ``'deadline'``, ``'timeout'``,
+    ``'transport'``, ``'http'``, ``'protocol'``, ``'exhausted'``,
+    ``'programming'``, ``'unknown'``; ``reason`` a stable code; ``retryable`` whether another
+    attempt (within the same budget) could help.
+    """
+
+    kind: str
+    reason: str
+    retryable: bool
+    transport_code: Optional[str] = None
+    status: Optional[int] = None
+    retry_after: Optional[float] = None
+
+
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+
+_STATUS_REASONS = {
+    400: "invalid_request",
+    401: "auth",
+    403: "forbidden",
+    404: "not_found",
+    408: "request_timeout",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "invalid_request",
+    425: "too_early",
+    429: "rate_limited",
+    500: "server_error",
+    502: "bad_gateway",
+    503: "unavailable",
+    504: "gateway_timeout",
+    529: "overloaded",
+}
+
+_QUOTA_MARKERS = (
+    "insufficient_quota",
+    "billing_hard_limit_reached",
+    "billing_not_active",
+    "exceeded your current quota",
+    "quota exceeded",
+    "quota_exceeded",
+    "check your plan and billing",
+)
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+)
+
+_ERRNO_CODES = {
+    errno.ECONNRESET: "ECONNRESET",
+    errno.ECONNREFUSED: "ECONNREFUSED",
+    errno.ETIMEDOUT: "ETIMEDOUT",
+    errno.EPIPE: "EPIPE",
+    errno.ECONNABORTED: "ECONNABORTED",
+    errno.EHOSTUNREACH: "EHOSTUNREACH",
+    errno.ENETUNREACH: "ENETUNREACH",
+    errno.ENETDOWN: "ENETDOWN",
+    errno.ENETRESET: "ENETRESET",
+    errno.EHOSTDOWN: "EHOSTDOWN",
+}
+_TYPE_CODES: Tuple[Tuple[type, str], ...] = (
+    (socket.gaierror, "EAI_FAIL"),
+    (ConnectionResetError, "ECONNRESET"),
+    (ConnectionRefusedError, "ECONNREFUSED"),
+    (ConnectionAbortedError, "ECONNABORTED"),
+    (BrokenPipeError, "EPIPE"),
+    (TimeoutError, "ETIMEDOUT"),
+    (http.client.RemoteDisconnected, "EREMOTECLOSED"),
+    (http.client.IncompleteRead, "EINCOMPLETE"),
+)
+# Foreign wrappers recognised by name, so requests/urllib3 versions differ harmlessly.
+_NAME_CODES = {
+    "ReadTimeout": "ETIMEDOUT",
+    "ReadTimeoutError": "ETIMEDOUT",
+    "ConnectTimeout": "ETIMEDOUT",
+    "ConnectTimeoutError": "ETIMEDOUT",
+    "Timeout": "ETIMEDOUT",
+    "TimeoutError": "ETIMEDOUT",
+    "NameResolutionError": "EAI_FAIL",
+    "NewConnectionError": "ECONNREFUSED",
+    "ChunkedEncodingError": "EINCOMPLETE",
+    "IncompleteRead": "EINCOMPLETE",
+    "ProtocolError": "EPROTO",
+    "InvalidChunkLength": "EINCOMPLETE",
+    "RemoteDisconnected": "EREMOTECLOSED",
+    "ConnectionError": "ECONNERROR",
+    "SSLError": "ETLS",
+}
+_PROGRAMMING = (
+    TypeError,
+    AttributeError,
+    NameError,
+    NotImplementedError,
+    AssertionError,
+    ImportError,
+    SyntaxError,
+    ValueError,
+)
+
+
+def classify(exc: BaseException) -> Classification:
+    """Classify ``exc`` for a retry decision, following DESIGN.md's order.
+
+    1. cancellation and user aborts; 2. the shared deadline; 3. a stream idle
+    timeout (retryable only before the first chunk); 4/5. HTTP status (a
+    definitive 4xx wins over a nested transport code) and transport errors
+    found anywhere in the cause chain; 6. stream protocol errors; 7.
+    programming errors; 8. anything else: not retryable.
+    """
+    if isinstance(exc, (Cancelled, OperationCancelled, KeyboardInterrupt, SystemExit)):
+        return Classification("cancelled", "cancelled", False)
+    if isinstance(exc, DeadlineExceeded):
+        return Classification("deadline", "deadline_exceeded", False)
+    if isinstance(exc, StreamIdleTimeout):
+        return Classification(
+            "timeout", exc.reason, exc.chunks_received == 0 and exc.retryable, "ETIMEDOUT"
+        )
+    status = _find_status(exc)
+    if status is not None and status[0] not in _RETRYABLE_STATUS:
+        return _http(exc, *status)
+    if isinstance(exc, WatchdogError) and not isinstance(exc, (HTTPStatusError, TransportError)):
+        return _own(exc)
+    code = _find_transport_code(exc)
+    if code is not None:
+        return Classification("transport", "transport", True, code)
+    if status is not None:
+        return _http(exc, *status)
+    if isinstance(exc, _PROGRAMMING):
+        return Classification("programming", "programming_error", False)
+    return Classification("unknown", "unknown", False)
+
+
+def _own(exc: WatchdogError) -> Classification:
+    if isinstance(exc, StreamProtocolError):
+        kind = "protocol"
+    elif isinstance(exc, RetryExhausted):
+        kind = "exhausted"
+    else:
+        kind = "timeout" if isinstance(exc, TimeoutError) else "unknown"
+    return Classification(kind, exc.reason, bool(exc.retryable))
+
+
+def _http(exc: BaseException, status: int, body: str, headers: Mapping[str, str]) -> Classification:
+    retry_after = parse_retry_after(headers)
+    if isinstance(exc, HTTPStatusError) and exc.retry_after is not None:
+        retry_after = exc.retry_after
+    reason = status_reason(status, body)
+    retryable = status in _RETRYABLE_STATUS and reason != "quota_exceeded"
+    if isinstance(exc, WatchdogError) and exc.retryable is False and status in _RETRYABLE_STATUS:
+        retryable = False  # an inner layer already decided
+    return Classification("http", reason, retryable, None, status, retry_after)
+
+
+def status_reason(status: int, body: str = "") -> str:
+    """The reason code for an HTTP status, reading quota and context hints in ``body``."""
+    lowered = body.lower()
+    if status == 429 and any(marker in lowered for marker in _QUOTA_MARKERS):
+        return "quota_exceeded"
+    if status in (400, 413, 422) and any(marker in lowered for marker in _CONTEXT_MARKERS):
+        return "context_length"
+    if status in _STATUS_REASONS:
+        return _STATUS_REASONS[status]
+    return "server_error" if status >= 500 else "http_status"
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps: causes, contexts, ``.reason`` and exception args."""
+    seen: List[int] = []
+    frontier: List[Tuple[BaseException, int]] = [(exc, 0)]
+    while frontier:
+        node, depth = frontier.pop(0)
+        if id(node) in seen:
+            continue
+        seen.append(id(node))
+        yield node
+        if depth >= _MAX_DEPTH:
+            continue
+        context = None if node.__suppress_context__ else node.__context__
+        linked: List[Any] = [node.__cause__, context, getattr(node, "reason", None)]
+        linked.extend(node.args[:3] if isinstance(node.args, tuple) else ())
+        for item in linked:
+            if isinstance(item, BaseException):
+                frontier.append((item, depth + 1))
+
+
+def _find_status(exc: BaseException) -> Optional[Tuple[int, str, Mapping[str, str]]]:
+    for node in _chain(exc):
+        if isinstance(node, HTTPStatusError):
+            retry_after = {} if node.retry_after is None else {"retry-after": str(node.retry_after)}
+            return node.status, node.body, retry_after
+        response = getattr(node, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int) and status >= 400:
+            return status, _response_text(response), getattr(response, "headers", {}) or {}
+    return None
+
+
+def _response_text(response: Any) -> str:
+    try:
+        if getattr(response, "_content_consumed", True) is False:
+            return ""  # a streamed body not read yet: do not block on it here
+        text = response.text
+    except Exception:  # a body that cannot be decoded tells us nothing more
+        return ""
+    return text[:4096] if isinstance(text, str) else ""
+
+
+def _find_transport_code(exc: BaseException) -> Optional[str]:
+    fallback: Optional[str] = None
+    for node in _chain(exc):
+        if isinstance(node, TransportError) and node.transport_code:
+            return node.transport_code
+        number = getattr(node, "errno", None)
+        if isinstance(node, OSError) and isinstance(number, int) and number in _ERRNO_CODES:
+            return _ERRNO_CODES[number]
+        for kind, code in _TYPE_CODES:
+            if isinstance(node, kind):
+                return code
+        name_code = _NAME_CODES.get(type(node).__name__)
+        if name_code is not None and fallback is None and _is_foreign_transport(node):
+            fallback = name_code
+    return fallback
+
+
+def _is_foreign_transport(node: BaseException) -> bool:
+    module = type(node).__module__ or ""
+    return module.startswith(("requests", "urllib3", "http.client", "ssl"))
+
+
+def parse_retry_after(headers: Optional[Mapping[str, str]]) -> Optional[float]:
+    """Seconds to wait from ``retry-after-ms``, ``Retry-After`` seconds or an HTTP date.
+
+    Garbage, negative values and dates in the past give ``None``.
+    """
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v).strip() for k, v in headers.items()}
+    milliseconds = _decimal(lowered.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000.0
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    seconds = _decimal(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    delta = (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    return delta if delta > 0 else None
+
+
+_DECIMAL = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+
+
+def _decimal(value: Optional[str]) -> Optional[float]:
+    if value is None or not _DECIMAL.match(value):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None

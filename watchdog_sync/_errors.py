@@ -1,0 +1,250 @@
+"""One exception hierarchy with structured fields.
+
+::
+
+    BaseException
+     └── Cancelled                      the stop signal inside a scope (not an Exception)
+    Exception
+     └── WatchdogError                  .reason .stage .attempt .elapsed .remaining .retryable .request_id
+          ├── DeadlineExceeded          (also TimeoutError) the shared deadline ran out
+          ├── OperationTimeout          (also TimeoutError) a stage's own cap ran out
+          │    └── StreamIdleTimeout    no stream activity for idle_timeout; errno ETIMEDOUT
+          ├── OperationCancelled        somebody called Budget.cancel()
+          ├── RetryExhausted            every attempt failed; .attempts .last_error
+          ├── TransportError            (also ConnectionError) reset, refused, ...; .transport_code
+          ├── HTTPStatusError           a non-2xx answer; .status .retry_after .body
+          └── StreamProtocolError       the stream broke the protocol (no finish_reason, ...)
+
+Every error pickles with its fields, so it can cross a process boundary.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Type
+
+if TYPE_CHECKING:
+    from ._budget import Budget
+
+__all__ = [
+    "Cancelled",
+    "DeadlineExceeded",
+    "HTTPStatusError",
+    "OperationCancelled",
+    "OperationTimeout",
+    "RetryExhausted",
+    "StreamIdleTimeout",
+    "StreamProtocolError",
+    "TransportError",
+    "WatchdogError",
+]
+
+
+class Cancelled(BaseException):
+    """The budget of an enclosing scope has ended; unwind to that scope.
+
+    A ``BaseException``, so ``except Exception`` in legacy code cannot swallow
+    it. The ``deadline()`` scope (or public entry point) that owns ``budget``
+    turns it into :class:`DeadlineExceeded` or :class:`OperationCancelled`;
+    scopes of inner budgets let it pass untouched. Never catch it yourself.
+    """
+
+    def __init__(self, budget: Budget, reason: str) -> None:
+        super().__init__(budget, reason)
+        self.budget = budget
+        self.reason = reason
+
+    def __str__(self) -> str:
+        stage = f" (stage {self.budget.stage!r})" if self.budget.stage else ""
+        return f"budget ended{stage}: {self.reason}"
+
+
+def _rebuild(cls: Type[WatchdogError], message: str, state: Dict[str, Any]) -> WatchdogError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
+
+class WatchdogError(Exception):
+    """Root of every error watchdog_sync raises.
+
+    Attributes:
+        reason: a stable reason code (``'deadline_exceeded'``, ``'transport'``, ...).
+        stage: the stage that was running (``Budget.stage`` or a call's ``stage=``).
+        attempt: the attempt number (1-based) when a retry loop was running, else ``None``.
+        elapsed: seconds since the budget started, when known.
+        remaining: seconds the budget had left, when known.
+        retryable: whether another attempt could help (an inner decision outer layers keep).
+        request_id: the ``X-Request-ID`` of the request, when there was one.
+    """
+
+    default_reason = "error"
+    default_retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: Optional[str] = None,
+        stage: Optional[str] = None,
+        attempt: Optional[int] = None,
+        elapsed: Optional[float] = None,
+        remaining: Optional[float] = None,
+        retryable: Optional[bool] = None,
+        request_id: Optional[str] = None,
+    ) -> None:
+        Exception.__init__(self, message)
+        self.reason = reason or self.default_reason
+        self.stage = stage
+        self.attempt = attempt
+        self.elapsed = elapsed
+        self.remaining = remaining
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.request_id = request_id
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, reason={self.reason!r})"
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        state = dict(self.__dict__)
+        return (_rebuild, (type(self), self.message, state))
+
+
+class DeadlineExceeded(WatchdogError, TimeoutError):
+    """The one shared deadline ran out. Not retryable: only a new budget helps.
+
+    ``attempts`` and ``last_error`` say how far a retry loop got (0 / ``None``
+    when none was running).
+    """
+
+    default_reason = "deadline_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int = 0,
+        last_error: Optional[BaseException] = None,
+        **fields: Any,
+    ) -> None:
+        super().__init__(message, **fields)
+        self.attempts = attempts
+        self.last_error = last_error
+
+
+class OperationTimeout(WatchdogError, TimeoutError):
+    """A stage's own time cap ran out before the shared deadline did."""
+
+    default_reason = "operation_timeout"
+    default_retryable = True
+
+
+class StreamIdleTimeout(OperationTimeout):
+    """A stream produced nothing for ``idle_timeout`` seconds.
+
+    It looks like a transport read timeout (``errno == errno.ETIMEDOUT``,
+    ``code == 'ETIMEDOUT'``) so ordinary retry paths recover it; retryable only
+    when no chunk was delivered yet (``chunks_received == 0``).
+    """
+
+    default_reason = "stream_idle_timeout"
+    code = "ETIMEDOUT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        idle_timeout: float,
+        chunks_received: int,
+        stream_lifetime: float,
+        **fields: Any,
+    ) -> None:
+        fields.setdefault("retryable", chunks_received == 0)
+        super().__init__(message, **fields)
+        self.errno = _errno.ETIMEDOUT
+        self.idle_timeout = idle_timeout
+        self.chunks_received = chunks_received
+        self.stream_lifetime = stream_lifetime
+
+
+class OperationCancelled(WatchdogError):
+    """``Budget.cancel()`` was called; the work stopped early. Not retryable."""
+
+    default_reason = "cancelled"
+
+
+class RetryExhausted(WatchdogError):
+    """Every allowed attempt failed (or a RetryBudget refused the next one).
+
+    ``last_error`` (also ``__cause__``) is the final failure; ``retryable`` is
+    true when that failure was, meaning a later call with a new budget may work.
+    """
+
+    default_reason = "retry_exhausted"
+
+    def __init__(self, message: str, *, attempts: int, last_error: BaseException, **fields: Any):
+        super().__init__(message, **fields)
+        self.attempts = attempts
+        self.last_error = last_error
+
+
+class TransportError(WatchdogError, ConnectionError):
+    """The connection failed: reset, refused, broken pipe, truncated body.
+
+    ``transport_code`` names it (``'ECONNRESET'``, ...); the requests/urllib3
+    error is ``__cause__``.
+    """
+
+    default_reason = "transport"
+    default_retryable = True
+
+    def __init__(self, message: str, *, transport_code: Optional[str] = None, **fields: Any):
+        super().__init__(message, **fields)
+        self.transport_code = transport_code
+
+
+class HTTPStatusError(WatchdogError):
+    """The server answered with a non-2xx status.
+
+    ``body`` is a short excerpt with secrets redacted; ``retry_after`` is the
+    server's requested wait in seconds, when it sent one.
+    """
+
+    default_reason = "http_status"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        retry_after: Optional[float] = None,
+        body: str = "",
+        **fields: Any,
+    ) -> None:
+        super().__init__(message, **fields)
+        self.status = status
+        self.retry_after = retry_after
+        self.body = body
+
+
+class StreamProtocolError(WatchdogError):
+    """The stream broke the protocol.
+
+    Reasons: ``'no_finish_reason'`` (ended without finishing; retryable only
+    before any chunk was delivered), ``'malformed_event'``, ``'event_too_large'``,
+    ``'unexpected_content_type'``, ``'stream_error'`` (the server sent an error object).
+    """
+
+    default_reason = "malformed_event"
+
+    def __init__(self, message: str, *, chunks_received: int = 0, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.chunks_received = chunks_received

@@ -1,0 +1,79 @@
+"""Structured events: one frozen record per attempt start/end, failure, backoff, give-up,
+first byte and stream end, sent to the ``watchdog_sync`` logger and to listeners.
+
+Events never carry secrets: they hold ids, names, numbers and reason codes only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from typing import Any, Callable, List, Optional, Protocol
+
+__all__ = ["Event", "Listener", "add_listener", "emit"]
+
+_log = logging.getLogger("watchdog_sync")
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One thing that happened to a call. ``event`` names it (``attempt_start``, ``backoff``, ...)."""
+
+    event: str
+    request_id: Optional[str] = None
+    stage: Optional[str] = None
+    reason: Optional[str] = None
+    attempt: Optional[int] = None
+    elapsed_ms: Optional[float] = None
+    remaining_ms: Optional[float] = None
+    model: Optional[str] = None
+    status: Optional[int] = None
+    transport_code: Optional[str] = None
+    chunks_received: Optional[int] = None
+    first_byte_ms: Optional[float] = None
+    delay_ms: Optional[float] = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Listener(Protocol):
+    """Receives every :class:`Event`; must be quick and must not block."""
+
+    def __call__(self, event: Event) -> None: ...
+
+
+_listeners: List[Listener] = []
+_lock = threading.Lock()
+
+
+def add_listener(callback: Listener) -> Callable[[], None]:
+    """Send every event to ``callback``; returns a function that unregisters it.
+
+    A listener that raises is logged and skipped; it never breaks the call.
+    """
+    with _lock:
+        _listeners.append(callback)
+
+    def unregister() -> None:
+        with _lock:
+            if callback in _listeners:
+                _listeners.remove(callback)
+
+    return unregister
+
+
+def emit(event: Event) -> None:
+    """Log ``event`` (fields as ``extra``) and hand it to each listener."""
+    if _log.isEnabledFor(logging.DEBUG):
+        fields = {k: v for k, v in event.as_dict().items() if v is not None}
+        summary = " ".join(f"{k}={v}" for k, v in fields.items() if k != "event")
+        _log.debug("%s %s", event.event, summary, extra={**fields, "event": event.event})
+    with _lock:
+        listeners = list(_listeners)
+    for listener in listeners:
+        try:
+            listener(event)
+        except Exception:
+            _log.exception("watchdog_sync: an event listener raised; it is skipped")

@@ -1,0 +1,207 @@
+"""Scopes: the current budget in a ContextVar, and the boundary that turns Cancelled into errors.
+
+Inside a scope, library waits raise :class:`Cancelled` (a BaseException) when
+the budget ends. The scope that owns the ended budget converts it on exit into
+:class:`DeadlineExceeded` or :class:`OperationCancelled`; a ``Cancelled`` that
+belongs to an outer budget passes through inner scopes untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
+
+from ._budget import Budget
+from ._durations import Duration
+from ._errors import Cancelled, DeadlineExceeded, OperationCancelled, WatchdogError
+
+__all__ = [
+    "boundary",
+    "carry_budget",
+    "current_budget",
+    "deadline",
+    "entry_scope",
+    "error_for",
+    "joined_budget",
+    "owns",
+]
+
+_CURRENT: contextvars.ContextVar[Optional[Budget]] = contextvars.ContextVar(
+    "watchdog_sync_budget", default=None
+)
+
+T = TypeVar("T")
+
+
+def current_budget() -> Budget:
+    """The innermost scope's budget, or a fresh unbounded one outside any scope."""
+    budget = _CURRENT.get()
+    return budget if budget is not None else Budget()
+
+
+def scoped_budget() -> Optional[Budget]:
+    """The innermost scope's budget, or ``None`` outside any scope."""
+    return _CURRENT.get()
+
+
+def owns(budget: Budget, exc: Cancelled) -> bool:
+    """True when ``exc`` is about ``budget`` or one of its descendants."""
+    node: Optional[Budget] = exc.budget
+    while node is not None:
+        if node is budget:
+            return True
+        node = node.parent
+    return False
+
+
+def error_for(
+    exc: Cancelled,
+    *,
+    stage: Optional[str] = None,
+    attempts: int = 0,
+    last_error: Optional[BaseException] = None,
+    request_id: Optional[str] = None,
+) -> WatchdogError:
+    """The public error for a ``Cancelled`` leaving the scope that owns its budget."""
+    ended = exc.budget
+    stage = stage or ended.stage
+    elapsed = ended.elapsed()
+    where = f" in stage {stage!r}" if stage else ""
+    tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
+    last = f"; last error: {type(last_error).__name__}: {last_error}" if last_error else ""
+    if exc.reason == "deadline_exceeded":
+        total = "" if ended.deadline is None else f" of {ended.deadline - ended.started:.2f}s"
+        return DeadlineExceeded(
+            f"deadline{total} exceeded{where} after {elapsed:.2f}s{tried}{last}; "
+            "give the call a larger timeout (timeout=..., deadline(...)) if the work needs it",
+            attempts=attempts,
+            last_error=last_error,
+            stage=stage,
+            elapsed=elapsed,
+            remaining=0.0,
+            request_id=request_id,
+        )
+    return OperationCancelled(
+        f"operation cancelled{where} after {elapsed:.2f}s{tried}: {exc.reason}",
+        stage=stage,
+        elapsed=elapsed,
+        remaining=0.0,
+        request_id=request_id,
+    )
+
+
+@contextlib.contextmanager
+def boundary(budget: Budget) -> Iterator[Budget]:
+    """Run the block with ``budget`` current; convert its own ``Cancelled`` into an error."""
+    token = _CURRENT.set(budget)
+    try:
+        yield budget
+    except Cancelled as exc:
+        if not owns(budget, exc):
+            raise
+        raise error_for(exc) from None
+    finally:
+        _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def deadline(
+    timeout: Optional[Duration] = None, *, stage: Optional[str] = None
+) -> Iterator[Budget]:
+    """A scope whose budget is a child of the current one, capped at ``timeout`` seconds.
+
+    Nested scopes only shrink the time. Inside, every library wait is bounded
+    by the budget and raises :class:`Cancelled` when it ends, which legacy
+    ``except Exception`` blocks cannot swallow. On exit, an end of this
+    scope's budget becomes :class:`DeadlineExceeded` (timeout) or
+    :class:`OperationCancelled` (``budget.cancel()``); an end of an outer
+    scope's budget passes through to that scope.
+
+    Example::
+
+        with deadline(10, stage="sample") as budget:
+            answer = client.complete(messages)   # shares the 10 s
+    """
+    budget = current_budget().child(timeout, stage=stage)
+    with boundary(budget):
+        yield budget
+
+
+def joined_budget(
+    explicit: Optional[Budget], timeout: Optional[Duration] = None, *, stage: Optional[str] = None
+) -> Tuple[Budget, Callable[[], None]]:
+    """The budget an entry point runs under, and a function to call when it is done.
+
+    The budget never outlives the current scope's budget, the explicit
+    budget, or ``timeout``; cancelling the explicit budget ends it too.
+    """
+    current = _CURRENT.get()
+    if explicit is None:
+        base = current if current is not None else Budget()
+        return base.child(timeout, stage=stage), _nothing
+    if current is None or _descends(explicit, current):
+        return explicit.child(timeout, stage=stage), _nothing
+    joined = current.child(timeout, stage=stage or explicit.stage)
+    if explicit.deadline is not None:
+        joined = joined.child(explicit.remaining())
+    if explicit.cancelled:
+        joined.cancel(explicit.end_cause()[1])  # type: ignore[index]
+        return joined, _nothing
+    return joined, explicit.on_done(lambda ended: _follow(joined, ended))
+
+
+@contextlib.contextmanager
+def entry_scope(
+    explicit: Optional[Budget] = None,
+    timeout: Optional[Duration] = None,
+    *,
+    stage: Optional[str] = None,
+) -> Iterator[Budget]:
+    """The scope of a public entry point: its own (joined) budget, and the boundary for it."""
+    budget, release = joined_budget(explicit, timeout, stage=stage)
+    try:
+        with boundary(budget):
+            yield budget
+    finally:
+        release()
+
+
+def _nothing() -> None:
+    return None
+
+
+def _follow(target: Budget, ended: Budget) -> None:
+    cause = ended.end_cause()
+    if cause is not None and cause[1] != "deadline_exceeded":
+        target.cancel(cause[1])
+
+
+def _descends(node: Optional[Budget], ancestor: Budget) -> bool:
+    while node is not None:
+        if node is ancestor:
+            return True
+        node = node.parent
+    return False
+
+
+def carry_budget(fn: Callable[..., T]) -> Callable[..., T]:
+    """Wrap ``fn`` so that it runs, in any thread, under the caller's current scope.
+
+    Use it for work you hand to threads::
+
+        with deadline(5):
+            future = pool.submit(carry_budget(fetch), url)
+
+    Inside the worker, library waits end with the scope's budget; a
+    ``Cancelled`` raised there propagates through ``future.result()`` to the
+    scope, which converts it as usual.
+    """
+    context = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> T:
+        return context.copy().run(fn, *args, **kwargs)
+
+    return run

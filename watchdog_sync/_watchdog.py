@@ -1,0 +1,133 @@
+"""The one shared watchdog thread: a heap of deadlines and a queue of callbacks.
+
+Every Budget in the process schedules its expiry here; no timer owns a thread.
+Callbacks run on the watchdog thread, outside its lock; one that raises is
+logged and never stops the thread. The thread is a daemon, started on first
+use, and started again after ``fork()`` in a child that uses it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from typing import Callable, List, Optional, Tuple
+
+__all__ = ["THREAD_NAME", "TimerHandle", "call_at", "call_soon"]
+
+THREAD_NAME = "watchdog_sync-watchdog"
+
+_log = logging.getLogger("watchdog_sync")
+
+
+class TimerHandle:
+    """A scheduled callback; ``cancel()`` stops it from running (lazy removal)."""
+
+    __slots__ = ("_fn", "cancelled", "when")
+
+    def __init__(self, when: float, fn: Callable[[], None]) -> None:
+        self.when = when
+        self._fn: Optional[Callable[[], None]] = fn
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self._fn = None
+            _WATCHDOG.note_cancelled()
+
+    def _take(self) -> Optional[Callable[[], None]]:
+        fn, self._fn = self._fn, None
+        return fn
+
+
+class _Watchdog:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._heap: List[Tuple[float, int, TimerHandle]] = []
+        self._ready: List[Callable[[], None]] = []
+        self._seq = itertools.count()
+        self._cancelled = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def _ensure_thread(self) -> None:
+        # Caller holds the lock.
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+            self._thread.start()
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> TimerHandle:
+        handle = TimerHandle(when, fn)
+        with self._lock:
+            self._ensure_thread()
+            heapq.heappush(self._heap, (when, next(self._seq), handle))
+            if self._heap[0][2] is handle:
+                self._wake.notify()
+        return handle
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._ensure_thread()
+            self._ready.append(fn)
+            self._wake.notify()
+
+    def note_cancelled(self) -> None:
+        with self._lock:
+            self._cancelled += 1
+            # Compact when most of the heap is dead, so cancelled timers never pile up.
+            if self._cancelled > 64 and self._cancelled * 2 > len(self._heap):
+                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
+
+    def _collect(self) -> List[Callable[[], None]]:
+        """Wait until something is due; return the callbacks to run (lock held inside)."""
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                due = self._ready
+                self._ready = []
+                while self._heap and self._heap[0][0] <= now:
+                    _, _, handle = heapq.heappop(self._heap)
+                    if handle.cancelled:
+                        self._cancelled = max(0, self._cancelled - 1)
+                        continue
+                    fn = handle._take()
+                    if fn is not None:
+                        due.append(fn)
+                if due:
+                    return due
+                timeout = self._heap[0][0] - now if self._heap else None
+                self._wake.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            for fn in self._collect():
+                try:
+                    fn()
+                except Exception:
+                    _log.exception("watchdog_sync: a watchdog callback raised; the thread goes on")
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._thread = None
+
+
+_WATCHDOG = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WATCHDOG._after_fork_in_child)
+
+
+def call_at(when: float, fn: Callable[[], None]) -> TimerHandle:
+    """Run ``fn`` on the watchdog thread once ``time.monotonic()`` reaches ``when``."""
+    return _WATCHDOG.call_at(when, fn)
+
+
+def call_soon(fn: Callable[[], None]) -> None:
+    """Run ``fn`` on the watchdog thread as soon as possible."""
+    _WATCHDOG.call_soon(fn)
