@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from watchdog_sync import Event, add_listener
-from watchdog_sync._events import emit
+from watchdog_sync._events import emit, event_fields
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -44,3 +44,20 @@ def test_a_raising_listener_never_breaks_the_caller(caplog: pytest.LogCaptureFix
         unregister_good()
     assert len(seen) == 1
     assert any("listener raised" in r.getMessage() for r in caplog.records)
+
+
+def test_event_fields_fill_what_the_event_left_empty() -> None:
+    seen: list[Event] = []
+    unregister = add_listener(seen.append)
+    try:
+        with event_fields(request_id="outer", model="m1"), event_fields(request_id="inner"):
+            emit(Event("attempt_start"))
+            emit(Event("attempt_start", model="explicit"))
+        emit(Event("after"))
+    finally:
+        unregister()
+    assert [(e.request_id, e.model) for e in seen] == [
+        ("inner", "m1"),
+        ("inner", "explicit"),
+        (None, None),
+    ]

@@ -6,12 +6,14 @@ Events never carry secrets: they hold ids, names, numbers and reason codes only.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Protocol
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol
 
-__all__ = ["Event", "Listener", "add_listener", "emit"]
+__all__ = ["Event", "Listener", "add_listener", "emit", "event_fields"]
 
 _log = logging.getLogger("watchdog_sync")
 
@@ -46,6 +48,22 @@ class Listener(Protocol):
 
 _listeners: List[Listener] = []
 _lock = threading.Lock()
+_FIELDS: contextvars.ContextVar[Optional[Dict[str, Any]]] = contextvars.ContextVar(
+    "watchdog_sync_event_fields", default=None
+)
+
+
+@contextlib.contextmanager
+def event_fields(**fields: Any) -> Iterator[None]:
+    """Fill these fields (``request_id``, ``model``, ...) into events emitted inside the block.
+
+    A field the event sets itself wins; inner blocks add to outer ones.
+    """
+    token = _FIELDS.set({**(_FIELDS.get() or {}), **fields})
+    try:
+        yield
+    finally:
+        _FIELDS.reset(token)
 
 
 def add_listener(callback: Listener) -> Callable[[], None]:
@@ -65,7 +83,15 @@ def add_listener(callback: Listener) -> Callable[[], None]:
 
 
 def emit(event: Event) -> None:
-    """Log ``event`` (fields as ``extra``) and hand it to each listener."""
+    """Log ``event`` (fields as ``extra``) and hand it to each listener.
+
+    Fields set by an enclosing :func:`event_fields` block fill the ones ``event`` left empty.
+    """
+    defaults = _FIELDS.get()
+    if defaults:
+        missing = {k: v for k, v in defaults.items() if getattr(event, k, None) is None}
+        if missing:
+            event = dataclasses.replace(event, **missing)
     if _log.isEnabledFor(logging.DEBUG):
         fields = {k: v for k, v in event.as_dict().items() if v is not None}
         summary = " ".join(f"{k}={v}" for k, v in fields.items() if k != "event")
