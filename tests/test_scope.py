@@ -122,3 +122,20 @@ def test_entry_scope_follows_a_cancel_of_the_explicit_budget() -> None:
 def test_entry_scope_converts_its_own_deadline_for_the_caller() -> None:
     with pytest.raises(DeadlineExceeded), entry_scope(None, 0.05) as budget:
         budget.sleep(1)
+
+
+def test_entry_scope_converts_the_end_of_an_explicit_budget_outside_any_scope() -> None:
+    explicit = Budget(0.05)
+    with pytest.raises(DeadlineExceeded), entry_scope(explicit) as budget:
+        budget.sleep(1)
+
+
+def test_entry_scope_with_explicit_budget_lets_an_outer_scope_end_pass_through() -> None:
+    with pytest.raises(DeadlineExceeded), deadline(0.05) as outer:
+        explicit = outer.child(10)
+        try:
+            with entry_scope(explicit) as budget:
+                budget.sleep(1)
+        except Cancelled as exc:
+            assert exc.budget is outer
+            raise

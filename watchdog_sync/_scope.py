@@ -93,13 +93,17 @@ def error_for(
 
 
 @contextlib.contextmanager
-def boundary(budget: Budget) -> Iterator[Budget]:
-    """Run the block with ``budget`` current; convert its own ``Cancelled`` into an error."""
+def boundary(budget: Budget, owner: Optional[Budget] = None) -> Iterator[Budget]:
+    """Run the block with ``budget`` current; convert a ``Cancelled`` that ``owner`` owns.
+
+    ``owner`` (default: ``budget``) is the budget this boundary answers for; an
+    end of any budget above it passes through untouched.
+    """
     token = _CURRENT.set(budget)
     try:
         yield budget
     except Cancelled as exc:
-        if not owns(budget, exc):
+        if not owns(owner or budget, exc):
             raise
         raise error_for(exc) from None
     finally:
@@ -131,25 +135,28 @@ def deadline(
 
 def joined_budget(
     explicit: Optional[Budget], timeout: Optional[Duration] = None, *, stage: Optional[str] = None
-) -> Tuple[Budget, Callable[[], None]]:
-    """The budget an entry point runs under, and a function to call when it is done.
+) -> Tuple[Budget, Budget, Callable[[], None]]:
+    """The budget an entry point runs under, the budget it answers for, and a release function.
 
     The budget never outlives the current scope's budget, the explicit
-    budget, or ``timeout``; cancelling the explicit budget ends it too.
+    budget, or ``timeout``; cancelling the explicit budget ends it too. The
+    entry point converts the end of the second budget (the explicit one, or
+    its own) into an error; ends of outer scopes pass through to them.
     """
     current = _CURRENT.get()
     if explicit is None:
         base = current if current is not None else Budget()
-        return base.child(timeout, stage=stage), _nothing
+        own = base.child(timeout, stage=stage)
+        return own, own, _nothing
     if current is None or _descends(explicit, current):
-        return explicit.child(timeout, stage=stage), _nothing
-    joined = current.child(timeout, stage=stage or explicit.stage)
-    if explicit.deadline is not None:
-        joined = joined.child(explicit.remaining())
-    if explicit.cancelled:
-        joined.cancel(explicit.end_cause()[1])  # type: ignore[index]
-        return joined, _nothing
-    return joined, explicit.on_done(lambda ended: _follow(joined, ended))
+        return explicit.child(timeout, stage=stage), explicit, _nothing
+    own = current.child(timeout, stage=stage or explicit.stage)
+    joined = own.child(explicit.remaining()) if explicit.deadline is not None else own
+    cause = explicit.end_cause()
+    if cause is not None and cause[1] != "deadline_exceeded":
+        own.cancel(cause[1])
+        return joined, own, _nothing
+    return joined, own, explicit.on_done(lambda ended: _follow(own, ended))
 
 
 @contextlib.contextmanager
@@ -160,9 +167,9 @@ def entry_scope(
     stage: Optional[str] = None,
 ) -> Iterator[Budget]:
     """The scope of a public entry point: its own (joined) budget, and the boundary for it."""
-    budget, release = joined_budget(explicit, timeout, stage=stage)
+    budget, owner, release = joined_budget(explicit, timeout, stage=stage)
     try:
-        with boundary(budget):
+        with boundary(budget, owner):
             yield budget
     finally:
         release()
