@@ -318,6 +318,17 @@ def test_an_overriding_classify_decides_retries_and_retry_after() -> None:
         retry_call(Flaky(reset), policy=policy, budget=fake_budget())
 
 
+def test_an_overriding_classify_cannot_retry_what_an_inner_layer_made_permanent() -> None:
+    policy = dataclasses.replace(
+        FAST, classify=lambda exc: Classification("unknown", "always", True)
+    )
+    error = TransportError("reset", transport_code="ECONNRESET", retryable=False)
+    flaky = Flaky(error)
+    with pytest.raises(TransportError):
+        retry_call(flaky, policy=policy, budget=fake_budget())
+    assert flaky.calls == 1
+
+
 # -- the deadline -------------------------------------------------------------------
 
 
@@ -373,6 +384,16 @@ def test_the_end_of_an_enclosing_scope_is_left_to_that_scope() -> None:
     with pytest.raises(DeadlineExceeded) as info:
         call_inside_a_short_scope()
     assert info.value.stage == "sample"
+
+
+def test_an_explicit_budget_inside_a_scope_is_converted_by_retry_call() -> None:
+    def blocked() -> None:
+        current_budget().sleep(60)
+
+    with deadline(10) as outer, pytest.raises(DeadlineExceeded) as info:
+        retry_call(blocked, policy=FAST, budget=outer.child(0.05), stage="exec")
+    assert info.value.attempts == 1
+    assert info.value.stage == "exec"
 
 
 def test_cancel_during_backoff_wakes_within_50ms() -> None:

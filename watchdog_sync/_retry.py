@@ -268,12 +268,16 @@ def _call(
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget must be a Budget or None, not {type(budget).__name__}")
     policy = _checked_policy(policy)
-    enclosing = _scope.scoped_budget()
-    with _scope.entry_scope(budget, None, stage=stage) as active:
-        if nested == "defer" and _IN_ATTEMPT.get():
-            active.check()
-            return fn(*args, **kwargs)  # one attempt: the outer loop decides
-        return _Loop(policy, active, enclosing, stage or active.stage).run(fn, args, kwargs)
+    # An entry point's scope (as _scope.entry_scope), keeping the owner for the loop's errors.
+    active, owner, release = _scope.joined_budget(budget, None, stage=stage)
+    try:
+        with _scope.boundary(active, owner):
+            if nested == "defer" and _IN_ATTEMPT.get():
+                active.check()
+                return fn(*args, **kwargs)  # one attempt: the outer loop decides
+            return _Loop(policy, active, owner, stage or active.stage).run(fn, args, kwargs)
+    finally:
+        release()
 
 
 class _Loop:
@@ -283,12 +287,12 @@ class _Loop:
         self,
         policy: RetryPolicy,
         budget: Budget,
-        enclosing: Optional[Budget],
+        owner: Budget,
         stage: Optional[str],
     ) -> None:
         self.policy = policy
         self.budget = budget
-        self.enclosing = enclosing
+        self.owner = owner  # the budget whose end this call answers for
         self.stage = stage
         self.attempts = 0
         self.last: Optional[Exception] = None
@@ -314,7 +318,7 @@ class _Loop:
                 self._after_failure(self.last)
         except Cancelled as exc:
             self._emit("give_up", reason=exc.reason)
-            if not _scope.entry_owns(exc, self.enclosing):
+            if not _scope.owns(self.owner, exc):
                 raise
             raise _scope.error_for(
                 exc, attempts=self.attempts, last_error=self.last, stage=self.stage
