@@ -254,20 +254,20 @@ def _http_date(seconds_ahead: float) -> str:
 
 
 @pytest.mark.parametrize(
-    ("error", "low", "high"),
+    ("make_error", "low", "high"),
     [
-        (HTTPStatusError("503", status=503, retry_after=20.0, retryable=True), 20.0, 25.0),
-        (_response_error(429, {"Retry-After": "7"}), 7.0, 8.75),
-        (_response_error(503, {"retry-after-ms": "2500"}), 2.5, 3.125),
-        (_response_error(429, {"Retry-After": _http_date(10)}), 8.0, 12.5),
+        (lambda: HTTPStatusError("503", status=503, retry_after=20.0, retryable=True), 20.0, 25.0),
+        (lambda: _response_error(429, {"Retry-After": "7"}), 7.0, 8.75),
+        (lambda: _response_error(503, {"retry-after-ms": "2500"}), 2.5, 3.125),
+        (lambda: _response_error(429, {"Retry-After": _http_date(10)}), 8.0, 12.5),
     ],
     ids=["HTTPStatusError.retry_after", "seconds", "retry-after-ms", "http-date"],
 )
 def test_retry_after_is_a_floor_with_jitter_only_upward(
-    error: Exception, low: float, high: float
+    make_error: Callable[[], Exception], low: float, high: float
 ) -> None:
     policy = dataclasses.replace(FAST, jitter=0.25)
-    assert low <= _first_wait(error, policy) <= high
+    assert low <= _first_wait(make_error(), policy) <= high
 
 
 def test_retry_after_never_goes_below_the_server_value_even_with_low_jitter_draws() -> None:
