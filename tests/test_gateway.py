@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import socket
 import time
+import tracemalloc
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import requests
+import trustme
 
 from watchdog_sync.testing import FaultGateway
 
@@ -520,3 +522,346 @@ def test_unknown_path_gets_404(fault_gateway: FaultGateway) -> None:
     with post(fault_gateway.url + "/v1", CHAT) as response:
         assert response.status_code == 404
         assert "base_url" in response.json()["error"]["message"]
+
+
+# -- slow and chatty -----------------------------------------------------------------------
+
+
+def test_slow_drip_sends_a_chunk_every_interval(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    client = Raw(fault_gateway.base_url("slow_drip", interval=0.1), STREAM)
+    raw.append(client)
+    data, closed = client.read_for(0.45)
+    assert not closed
+    pieces, terminated = http_chunks(split_response(data)[2])
+    assert not terminated
+    assert 3 <= len(pieces) <= 6
+    assert all(b'"finish_reason":null' in p for p in pieces)
+
+
+def test_slow_drip_without_stream_drips_the_json_body(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    client = Raw(fault_gateway.base_url("slow_drip", interval=0.05), CHAT)
+    raw.append(client)
+    data, closed = client.read_for(SILENCE)
+    _, headers, body = split_response(data)
+    assert not closed
+    assert 2 <= len(body) <= 10
+    assert int(headers["content-length"]) > 100
+
+
+def test_keepalive_only_sends_comments_and_never_data(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    client = Raw(fault_gateway.base_url("keepalive_only", interval=0.1, framing="close"), STREAM)
+    raw.append(client)
+    data, closed = client.read_for(0.35)
+    body = split_response(data)[2]
+    assert not closed
+    assert body.count(b": keep-alive\n\n") >= 3
+    assert body.replace(b": keep-alive\n\n", b"") == b""
+
+
+def test_keepalive_only_without_stream_sends_whitespace(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    client = Raw(fault_gateway.base_url("keepalive_only", interval=0.1, framing="close"), CHAT)
+    raw.append(client)
+    data, _ = client.read_for(0.25)
+    status, headers, body = split_response(data)
+    assert status == "HTTP/1.1 200 OK"
+    assert headers["content-type"] == "application/json"
+    assert body and body.strip() == b""
+
+
+# -- broken streams ------------------------------------------------------------------------
+
+
+def read_until_reset(client: Raw) -> Tuple[bytes, bool]:
+    """What arrives before the connection ends, and whether it ended with a reset."""
+    data = bytearray()
+    try:
+        while True:
+            piece = client.sock.recv(65536)
+            if not piece:
+                return bytes(data), False
+            data += piece
+    except ConnectionResetError:
+        return bytes(data), True
+
+
+def test_reset_mid_stream_sends_chunks_then_rst(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    client = Raw(fault_gateway.base_url("reset_mid_stream", chunks=2), STREAM)
+    raw.append(client)
+    data, reset = read_until_reset(client)
+    assert reset
+    assert data.count(b"data: {") == 2
+
+
+def test_reset_mid_stream_without_stream_cuts_the_body(fault_gateway: FaultGateway) -> None:
+    with post(fault_gateway.base_url("reset_mid_stream"), CHAT) as response:
+        assert response.status_code == 200
+        with pytest.raises(requests.exceptions.RequestException):
+            response.content  # noqa: B018 - the body read fails
+
+
+def test_no_finish_reason_ends_cleanly_without_finish_or_done(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    client = Raw(fault_gateway.base_url("no_finish_reason"), STREAM)
+    raw.append(client)
+    pieces, terminated = http_chunks(split_response(client.read_all())[2])
+    assert terminated
+    chunks = [json.loads(p[len(b"data: ") :]) for p in pieces]
+    assert len(chunks) == 5
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks)
+    assert b"[DONE]" not in b"".join(pieces)
+
+
+def test_no_finish_reason_without_stream_has_a_null_finish_reason(
+    fault_gateway: FaultGateway,
+) -> None:
+    with post(fault_gateway.base_url("no_finish_reason"), CHAT) as response:
+        assert response.json()["choices"][0]["finish_reason"] is None
+
+
+def test_malformed_json_sends_a_data_line_that_is_not_json(fault_gateway: FaultGateway) -> None:
+    with post(fault_gateway.base_url("malformed_json"), STREAM) as response:
+        values = sse_data(response.raw.read())
+    assert values[-1] == "[DONE]"
+    bad = []
+    for value in values[:-1]:
+        try:
+            json.loads(value)
+        except ValueError:
+            bad.append(value)
+    assert len(bad) == 1
+    json.loads(values[0])  # the chunk before it is fine
+
+
+def test_malformed_json_without_stream_is_a_truncated_body(fault_gateway: FaultGateway) -> None:
+    with post(fault_gateway.base_url("malformed_json"), CHAT) as response:
+        assert int(response.headers["Content-Length"]) == len(response.content)
+        with pytest.raises(ValueError):
+            json.loads(response.content)
+
+
+@pytest.mark.parametrize("body", [STREAM, CHAT])
+def test_invalid_utf8_sends_bytes_that_do_not_decode(
+    fault_gateway: FaultGateway, body: Dict[str, Any]
+) -> None:
+    with post(fault_gateway.base_url("invalid_utf8"), body) as response:
+        content = response.raw.read()
+    assert b"\xff\xfe" in content
+    with pytest.raises(UnicodeDecodeError):
+        content.decode("utf-8")
+
+
+# -- big events ----------------------------------------------------------------------------
+
+
+def scan_lines(client: Raw, stop_after: Optional[int] = None) -> Tuple[int, int]:
+    """Read to the end (or ``stop_after`` bytes) keeping nothing: (bytes read, longest line)."""
+    total = longest = current = 0
+    while stop_after is None or total < stop_after:
+        piece = client.sock.recv(65536)
+        if not piece:
+            break
+        total += len(piece)
+        *_, tail = piece.split(b"\n")
+        if b"\n" in piece:
+            longest = max(longest, current + piece.index(b"\n"))
+            current = len(tail)
+        else:
+            current += len(piece)
+    return total, max(longest, current)
+
+
+def test_huge_line_streams_64_mib_without_buffering_it(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    client = Raw(fault_gateway.base_url("huge_line", framing="close"), STREAM)
+    raw.append(client)
+    tracemalloc.start()
+    try:
+        total, longest = scan_lines(client)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert longest >= 64 * 1024 * 1024
+    assert total < 64 * 1024 * 1024 + 4096
+    assert peak < 4 * 1024 * 1024, f"{peak} bytes allocated at once"
+
+
+def test_huge_line_is_valid_json_once_read_whole(fault_gateway: FaultGateway) -> None:
+    base = fault_gateway.base_url("huge_line", size=100_000, piece=1000, chunks=0)
+    with post(base, STREAM) as response:
+        values = sse_data(response.raw.read())
+    assert len(values[0]) == 100_000
+    assert set(json.loads(values[0])["choices"][0]["delta"]["content"]) == {"x"}
+    assert values[-1] == "[DONE]"
+
+
+def test_huge_line_stops_when_the_client_leaves(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    base = fault_gateway.base_url("huge_line")
+    client = Raw(base, STREAM)
+    raw.append(client)
+    assert scan_lines(client, stop_after=1024 * 1024)[0] >= 1024 * 1024
+    client.close()
+    record = last_record(fault_gateway, base)
+    assert record.client_disconnected
+
+
+def test_huge_line_without_stream_is_one_big_json_body(fault_gateway: FaultGateway) -> None:
+    with post(fault_gateway.base_url("huge_line", size=50_000), CHAT) as response:
+        assert len(response.content) == 50_000
+        assert int(response.headers["Content-Length"]) == 50_000
+        assert response.json()["object"] == "chat.completion"
+
+
+def test_oversized_event_spreads_one_event_over_many_short_lines(
+    fault_gateway: FaultGateway,
+) -> None:
+    base = fault_gateway.base_url("oversized_event", size=200_000, piece=1000, chunks=0)
+    with post(base, STREAM) as response:
+        raw_body = response.raw.read()
+    assert max(len(line) for line in raw_body.split(b"\n")) <= 1000 + len(b"data:")
+    values = sse_data(raw_body)
+    assert len(values[0]) >= 200_000
+    assert json.loads(values[0])["object"] == "chat.completion.chunk"
+    assert values[-1] == "[DONE]"
+
+
+# -- the request phase ---------------------------------------------------------------------
+
+
+def raw_exchange(gateway: FaultGateway, request: bytes, wait: float = 2.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=wait) as sock:
+        sock.sendall(request)
+        data = bytearray()
+        while True:
+            piece = sock.recv(65536)
+            if not piece:
+                return bytes(data)
+            data += piece
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"NONSENSE\r\n\r\n", "400"),
+        (b"POST / HTTP/1.1\r\nbroken header\r\n\r\n", "400"),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "411"),
+        (b"POST / HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n", "413"),
+        (b"POST / HTTP/1.1\r\nContent-Length: many\r\n\r\n", "400"),
+        (b"POST / HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", "431"),
+    ],
+)
+def test_bad_requests_get_a_clear_status(
+    fault_gateway: FaultGateway, request_bytes: bytes, status: str
+) -> None:
+    response = raw_exchange(fault_gateway, request_bytes)
+    assert response.startswith(f"HTTP/1.1 {status} ".encode())
+    assert b'"error"' in response
+
+
+def test_a_slow_request_gets_408() -> None:
+    with FaultGateway(request_timeout=0.2) as gateway:
+        response = raw_exchange(gateway, b"POST /s/x/v1/chat/completions HTTP/1.1\r\n")
+    assert response.startswith(b"HTTP/1.1 408 ")
+
+
+def test_a_body_that_is_not_json_gets_400(fault_gateway: FaultGateway) -> None:
+    base = fault_gateway.base_url("ok")
+    response = requests.post(
+        base + "/chat/completions", data=b"not json", headers={"Connection": "close"}, timeout=2
+    )
+    assert response.status_code == 400
+    assert last_record(fault_gateway, base).body is None
+
+
+def test_get_on_the_chat_route_gets_405(fault_gateway: FaultGateway) -> None:
+    base = fault_gateway.base_url("ok")
+    response = requests.get(base + "/chat/completions", headers={"Connection": "close"}, timeout=2)
+    assert response.status_code == 405
+
+
+def test_connections_over_the_limit_are_refused(raw: List[Raw]) -> None:
+    with FaultGateway(max_connections=1) as gateway:
+        held = Raw(gateway.base_url("no_headers"), STREAM)
+        raw.append(held)
+        wait_for(lambda: len(gateway.requests_seen()) == 1)
+        extra = Raw(gateway.base_url("ok"), STREAM)
+        raw.append(extra)
+        try:
+            data = extra.read_all()
+        except ConnectionResetError:
+            data = b""
+        assert data == b"" or data.startswith(b"HTTP/1.1 503 ")
+        assert len(gateway.requests_seen()) == 1
+
+
+def test_constructor_rejects_bad_limits() -> None:
+    with pytest.raises(ValueError, match="max_connections"):
+        FaultGateway(max_connections=0)
+    with pytest.raises(ValueError, match="request_timeout"):
+        FaultGateway(request_timeout=0)
+    with pytest.raises(ValueError, match="keyfile needs certfile"):
+        FaultGateway(keyfile="key.pem")
+
+
+def test_a_gateway_starts_once() -> None:
+    with FaultGateway() as gateway, pytest.raises(RuntimeError, match="already started"):
+        gateway.start()
+
+
+# -- TLS -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_files(tmp_path: Any) -> Tuple[str, str]:
+    """A certificate for 127.0.0.1 (cert chain + key in one PEM) and its CA."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    pem, ca_pem = tmp_path / "server.pem", tmp_path / "ca.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(pem))
+    ca.cert_pem.write_to_path(str(ca_pem))
+    return str(pem), str(ca_pem)
+
+
+def test_tls_serves_https(tls_files: Tuple[str, str]) -> None:
+    pem, ca_pem = tls_files
+    with FaultGateway(certfile=pem) as gateway:
+        base = gateway.base_url("ok")
+        assert base.startswith("https://127.0.0.1:")
+        response = requests.post(
+            base + "/chat/completions",
+            json=STREAM,
+            verify=ca_pem,
+            timeout=(2, 2),
+            headers={"Connection": "close"},
+        )
+        assert sse_data(response.content)[-1] == "[DONE]"
+
+
+def test_tls_silence_notices_the_client_leaving(tls_files: Tuple[str, str]) -> None:
+    pem, ca_pem = tls_files
+    with FaultGateway(certfile=pem) as gateway:
+        base = gateway.base_url("silent_after_200")
+        with requests.post(
+            base + "/chat/completions",
+            json=STREAM,
+            verify=ca_pem,
+            stream=True,
+            timeout=(2, SILENCE),
+            headers={"Connection": "close"},
+        ) as response:
+            assert response.status_code == 200
+            assert_silent(response)
+        assert last_record(gateway, base).client_disconnected

@@ -140,10 +140,11 @@ class Connection:
         ``BadRequest`` for a malformed, oversized or too slow request.
         """
         give_up = time.monotonic() + timeout
-        while b"\r\n\r\n" not in self._buffer:
-            if len(self._buffer) > _MAX_HEAD_BYTES:
-                raise BadRequest(431, "request head larger than 64 KiB")
+        while b"\r\n\r\n" not in self._buffer and len(self._buffer) <= _MAX_HEAD_BYTES:
             self._buffer += self._read_until(give_up, started=bool(self._buffer) or first)
+        end = self._buffer.find(b"\r\n\r\n")
+        if not 0 <= end <= _MAX_HEAD_BYTES:
+            raise BadRequest(431, "request head larger than 64 KiB")
         head, _, rest = bytes(self._buffer).partition(b"\r\n\r\n")
         self._buffer = bytearray(rest)
         method, target, version, headers = _parse_head(head)
