@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import tracemalloc
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -865,3 +867,46 @@ def test_tls_silence_notices_the_client_leaving(tls_files: Tuple[str, str]) -> N
             assert response.status_code == 200
             assert_silent(response)
         assert last_record(gateway, base).client_disconnected
+
+
+# -- the pytest plugin ---------------------------------------------------------------------
+
+
+def test_the_fixture_comes_from_the_installed_pytest11_plugin(pytestconfig: Any) -> None:
+    from watchdog_sync.testing import _plugin
+
+    assert pytestconfig.pluginmanager.get_plugin("watchdog_sync") is _plugin
+
+
+def test_the_fixture_yields_a_started_gateway(fault_gateway: FaultGateway) -> None:
+    with post(fault_gateway.base_url("ok"), CHAT) as response:
+        assert response.status_code == 200
+
+
+def test_watchdog_sync_testing_imports_without_pytest() -> None:
+    code = (
+        "import sys; sys.modules['pytest'] = None; sys.modules['_pytest'] = None\n"
+        "from watchdog_sync.testing import FakeClock, FaultGateway, SeenRequest\n"
+        "with FaultGateway() as gw: print(gw.base_url('ok'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=20, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("http://127.0.0.1:")
+
+
+def test_keep_alive_false_closes_after_every_response(raw: List[Raw]) -> None:
+    with FaultGateway(keep_alive=False) as gateway:
+        client = Raw(gateway.base_url("ok"), STREAM, close=False)
+        raw.append(client)
+        _, headers, body = split_response(client.read_all())
+    assert headers["connection"] == "close"
+    assert http_chunks(body)[1]
+
+
+def test_base_url_after_stop_is_an_error() -> None:
+    gateway = FaultGateway().start()
+    gateway.stop()
+    with pytest.raises(RuntimeError, match="stopped"):
+        gateway.base_url("ok")

@@ -148,6 +148,9 @@ class FaultGateway:
         max_body_bytes: a larger request body gets a 413.
         request_timeout: seconds to receive a whole request (head and body);
             a slower request gets a 408 (an idle kept-alive connection is closed).
+        keep_alive: False to answer every request with ``Connection: close``
+            and close the connection after the response, so no client keeps
+            an idle pooled socket to the gateway.
 
     Timeouts and cancellation: the gateway never waits on a client longer
     than ``request_timeout`` to read a request; it holds a misbehaving
@@ -164,6 +167,7 @@ class FaultGateway:
         max_connections: int = 64,
         max_body_bytes: int = 1024 * 1024,
         request_timeout: float = 10.0,
+        keep_alive: bool = True,
     ) -> None:
         if keyfile is not None and certfile is None:
             raise ValueError("keyfile needs certfile: pass the certificate chain too")
@@ -184,6 +188,7 @@ class FaultGateway:
         self._max_connections = max_connections
         self._max_body_bytes = max_body_bytes
         self._request_timeout = float(request_timeout)
+        self._keep_alive = keep_alive
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._listener: Optional[socket.socket] = None
@@ -287,6 +292,8 @@ class FaultGateway:
         """
         found, resolved, ok_options = resolve(scenario, options)
         url = self.url
+        if self._stop.is_set():
+            raise RuntimeError("the FaultGateway is stopped: create a new one")
         key = f"{scenario}-{next(self._names)}"
         with self._lock:
             self._routes[key] = _Route(key, found, resolved, ok_options)
@@ -377,9 +384,10 @@ class FaultGateway:
             route = self._routes.get(match.group("key")) if match else None
         if route is None:
             message = f"no route {request.target!r}: use FaultGateway.base_url(scenario)"
-            return _answer_error(conn, 404, message, request)
+            return _answer_error(conn, 404, message, request, keep_alive=self._keep_alive)
         if request.method != "POST":
-            return _answer_error(conn, 405, "use POST for chat completions", request)
+            message = "use POST for chat completions"
+            return _answer_error(conn, 405, message, request, keep_alive=self._keep_alive)
         with self._lock:
             attempt = next(route.attempts)
             fail_first = route.options.get("fail_first")
@@ -388,11 +396,14 @@ class FaultGateway:
             self._records.append(record)
         request_id = request.headers.get("x-request-id") or f"req-{route.key}-{attempt}"
         options = route.options if faulted else route.ok_options
-        exchange = Exchange(conn, options["framing"], request, request_id)
+        exchange = Exchange(
+            conn, options["framing"], request, request_id, keep_alive=self._keep_alive
+        )
         try:
             if not isinstance(record.body, dict):
                 exchange.status = 400
-                return _answer_error(conn, 400, "the body is not a JSON object", request)
+                message = "the body is not a JSON object"
+                return _answer_error(conn, 400, message, request, keep_alive=self._keep_alive)
             model = record.body.get("model")
             call = Call(
                 exchange=exchange,
@@ -423,21 +434,28 @@ def _key_of(base_url_or_key: str) -> str:
 
 
 def _answer_error(
-    conn: Connection, status: int, message: str, request: Optional[Request] = None
+    conn: Connection,
+    status: int,
+    message: str,
+    request: Optional[Request] = None,
+    *,
+    keep_alive: bool = False,
 ) -> bool:
     """Send an OpenAI-style error; keep the connection only for a well-formed request."""
     body = _openai.error_body(message, "invalid_request_error", None)
-    if request is not None and request.keep_alive:
-        exchange = Exchange(conn, "chunked", request, "req-gateway")
+    if request is not None:
+        exchange = Exchange(conn, "chunked", request, "req-gateway", keep_alive=keep_alive)
         exchange.head(status, "application/json", length=len(body))
         exchange.write(body)
         exchange.finish()
-        return True
-    head = (
-        f"HTTP/1.1 {status} {phrase(status)}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    conn.send(head.encode("ascii") + body)
+        if exchange.reusable:
+            return True
+    else:
+        head = (
+            f"HTTP/1.1 {status} {phrase(status)}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        conn.send(head.encode("ascii") + body)
     conn.linger_close()
     return False
 

@@ -263,11 +263,20 @@ class Exchange:
     sends raw bytes ended by closing the socket.
     """
 
-    def __init__(self, conn: Connection, framing: str, request: Request, request_id: str) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        framing: str,
+        request: Request,
+        request_id: str,
+        *,
+        keep_alive: bool = True,
+    ) -> None:
         self.conn = conn
         self.framing = framing
         self.request = request
         self.request_id = request_id
+        self._keep_alive = keep_alive and request.keep_alive
         self.status: Optional[int] = None
         self._mode = ""
         self.reusable = False
@@ -295,7 +304,7 @@ class Exchange:
             lines.append("Transfer-Encoding: chunked")
         else:
             self._mode = "close"
-        if self._mode == "close" or not self.request.keep_alive:
+        if self._mode == "close" or not self._keep_alive:
             lines.append("Connection: close")
         else:
             lines.append("Connection: keep-alive")
@@ -317,4 +326,4 @@ class Exchange:
         """End the body cleanly; the connection may then serve another request."""
         if self._mode == "chunked":
             self.conn.send(b"0\r\n\r\n")
-        self.reusable = self._mode != "close" and self.request.keep_alive
+        self.reusable = self._mode != "close" and self._keep_alive
