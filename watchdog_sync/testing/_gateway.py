@@ -196,7 +196,7 @@ class FaultGateway:
         self._workers: Set[threading.Thread] = set()
         self._routes: Dict[str, _Route] = {}
         self._records: List[_Record] = []
-        self._keys = itertools.count(1)
+        self._conn_ids = itertools.count(1)
         self._names = itertools.count(1)
         self._port: Optional[int] = None
         self._started = False
@@ -344,7 +344,7 @@ class FaultGateway:
                     worker = threading.Thread(
                         target=self._serve,
                         args=(sock,),
-                        name=f"watchdog-sync-gateway-conn-{next(self._keys)}",
+                        name=f"watchdog-sync-gateway-conn-{next(self._conn_ids)}",
                         daemon=True,
                     )
                     self._workers.add(worker)
