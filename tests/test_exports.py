@@ -17,7 +17,9 @@ CONTRACT = {
     "HTTPStatusError",
     "OperationCancelled",
     "OperationTimeout",
+    "RetryBudget",
     "RetryExhausted",
+    "RetryPolicy",
     "StreamIdleTimeout",
     "StreamProtocolError",
     "TransportError",
@@ -28,6 +30,8 @@ CONTRACT = {
     "classify",
     "current_budget",
     "deadline",
+    "retry_call",
+    "retrying",
 }
 
 

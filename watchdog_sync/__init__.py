@@ -20,6 +20,8 @@ from ._errors import (
     WatchdogError,
 )
 from ._events import Event, add_listener
+from ._retry import RetryPolicy, retry_call, retrying
+from ._retry_budget import RetryBudget
 from ._scope import carry_budget, current_budget, deadline
 from ._version import __version__
 
@@ -32,7 +34,9 @@ __all__ = [
     "HTTPStatusError",
     "OperationCancelled",
     "OperationTimeout",
+    "RetryBudget",
     "RetryExhausted",
+    "RetryPolicy",
     "StreamIdleTimeout",
     "StreamProtocolError",
     "TransportError",
@@ -43,4 +47,6 @@ __all__ = [
     "classify",
     "current_budget",
     "deadline",
+    "retry_call",
+    "retrying",
 ]
