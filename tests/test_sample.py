@@ -620,3 +620,46 @@ def test_the_fork_server_preloads_a_harness_script_that_imports_the_library(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(script), "True", "-x", "None"]
+
+
+HARNESS = """
+import os, sys, time
+from watchdog_sync._sample import run_sample
+
+def sample(path):
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(30)  # uninterruptible; only the harness's death should end it
+
+if __name__ == "__main__":
+    run_sample(sample, sys.argv[1], timeout=30, isolate="process")
+"""
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    """True once ``pid`` no longer runs (a zombie waiting for init to reap it counts as gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return process_is_gone(pid)
+    return "\nState:\tZ" in status
+
+
+def test_a_sample_process_does_not_outlive_a_killed_harness(tmp_path: Path) -> None:
+    script = tmp_path / "harness.py"
+    script.write_text(HARNESS)
+    pid_file = tmp_path / "pid"
+    harness = subprocess.Popen([sys.executable, str(script), str(pid_file)])
+    try:
+        give_up = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < give_up:
+            time.sleep(0.02)
+        assert pid_file.exists(), "the harness never started its sample"
+    finally:
+        harness.kill()
+        harness.wait(10)
+    child = int(pid_file.read_text())
+    give_up = time.monotonic() + 5
+    while not _gone_or_zombie(child) and time.monotonic() < give_up:
+        time.sleep(0.02)
+    assert _gone_or_zombie(child)
