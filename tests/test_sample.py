@@ -663,3 +663,29 @@ def test_a_sample_process_does_not_outlive_a_killed_harness(tmp_path: Path) -> N
     while not _gone_or_zombie(child) and time.monotonic() < give_up:
         time.sleep(0.02)
     assert _gone_or_zombie(child)
+
+
+SLOW_HARNESS = """
+import os, sys, time
+time.sleep(0.5)  # stands for the heavy imports at the top of a harness script
+from watchdog_sync._sample import run_sample
+
+def sample():
+    return os.getpid()
+
+if __name__ == "__main__":
+    for _ in range(3):
+        result = run_sample(sample, timeout=0.4, isolate="process")
+        print(result.reason, round(result.elapsed, 3))
+"""
+
+
+def test_a_harness_script_is_imported_once_not_on_every_sample_clock(tmp_path: Path) -> None:
+    """Samples of a slow-to-import script start fast, the first one included."""
+    script = tmp_path / "harness.py"
+    script.write_text(SLOW_HARNESS)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split() for line in done.stdout.splitlines()]
+    assert [reason for reason, _ in lines] == ["None", "None", "None"], done.stdout
+    assert all(float(elapsed) < 0.4 for _, elapsed in lines)

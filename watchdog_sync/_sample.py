@@ -18,6 +18,7 @@ from ._durations import Duration, validate_duration
 from ._events import Event, emit
 from ._sample_outcome import Outcome
 from ._sample_process import pickle_call, run_in_process
+from ._sample_server import get_context
 from ._sample_thread import abandoned_workers, run_in_thread
 from ._scope import current_budget
 
@@ -100,8 +101,10 @@ def run_sample(
     after the call in both modes (thread: the deadline + 0.05 s grace;
     process: the deadline + at most 0.05 s before SIGKILL + reaping), plus
     only scheduling delay on a loaded machine. The timeout counts from the
-    call, so in process mode the child's start-up (a few ms; the first call
-    in a process also starts the fork server) is part of it.
+    call, so in process mode the child's start-up (a few ms) is part of it.
+    One exception: the first process-mode call in a process first starts the
+    fork server and waits for its preloading (about 0.4 s, longer when the
+    harness script's imports are slow) before the sample's clock starts.
 
     Args:
         fn: the sample: any callable (picklable in process mode).
@@ -139,7 +142,10 @@ def run_sample(
     assert seconds is not None
     if isolate not in _ISOLATIONS:
         raise ValueError(f"isolate must be 'thread' or 'process', got {isolate!r}")
-    payload = pickle_call(fn, args, kwargs) if isolate == "process" else b""
+    payload, context = b"", None
+    if isolate == "process":
+        payload = pickle_call(fn, args, kwargs)
+        context = get_context(getattr(fn, "__module__", None))  # the first call starts a server
     started = time.monotonic()
     budget = current_budget().child(seconds, stage=STAGE)
     budget.check()  # an enclosing scope that has already ended: its scope decides
@@ -153,15 +159,13 @@ def run_sample(
         if isolate == "thread":
             outcome = run_in_thread(budget, real_deadline, fn, args, kwargs)
         else:
-            outcome = run_in_process(
-                budget, real_deadline, payload, getattr(fn, "__module__", None)
-            )
+            outcome = run_in_process(context, budget, real_deadline, payload)
     finally:
         elapsed = time.monotonic() - started
         if outcome is None:  # an enclosing scope ended (or an interrupt): say so, then go on
             cause = budget.end_cause()
-            deadline = cause is not None and cause[1] == "deadline_exceeded"
-            ended_as = "deadline_exceeded" if deadline else "cancelled"
+            timed_out = cause is not None and cause[1] == "deadline_exceeded"
+            ended_as = "deadline_exceeded" if timed_out else "cancelled"
             emit(Event("sample_end", stage=STAGE, reason=ended_as, elapsed_ms=elapsed * 1000.0))
     emit(Event("sample_end", stage=STAGE, reason=outcome.reason, elapsed_ms=elapsed * 1000.0))
     return SampleResult(

@@ -28,7 +28,6 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from ._budget import Budget
 from ._sample_outcome import Outcome, ended, settle, stop_if_outer
-from ._sample_server import get_context
 from ._scope import boundary
 
 __all__ = ["EXIT_WAIT", "TERM_GRACE", "pickle_call", "run_in_process"]
@@ -65,15 +64,12 @@ def pickle_call(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str,
         ) from exc
 
 
-def run_in_process(
-    budget: Budget, real_deadline: float, payload: bytes, module: Optional[str]
-) -> Outcome:
-    """Run the pickled call (of a function from ``module``) in a child process.
+def run_in_process(context: Any, budget: Budget, real_deadline: float, payload: bytes) -> Outcome:
+    """Run the pickled call in a child process started by ``context`` (see ``get_context``).
 
     Returns by ``real_deadline`` plus the kill time; raises the outer scope's
     ``Cancelled`` when an enclosing budget ended first.
     """
-    context = get_context(module)
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(
         target=_child_main, args=(writer, payload, real_deadline), name="watchdog_sync-sample"

@@ -34,12 +34,19 @@ __all__ = ["get_context", "preload_in_server"]
 _ENV = "WATCHDOG_SYNC_FORKSERVER_MAIN"
 _PRELOAD = ("watchdog_sync._sample_process", "watchdog_sync._sample_preload")
 
+_READY_LIMIT = 60.0  # seconds the warm-up child may take to exit (it exits at once)
+
 _lock = threading.Lock()
 _context: Any = None  # a ForkServerContext or SpawnContext (typeshed has no common type)
 
 
 def get_context(first_module: Optional[str]) -> Any:
-    """The context samples start in; the first call starts the fork server."""
+    """The context samples start in.
+
+    The first call starts the fork server and waits until it has preloaded
+    (one no-op child, bounded by :data:`_READY_LIMIT`), so that no sample's
+    clock pays for it.
+    """
     global _context
     with _lock:
         if _context is None:
@@ -71,7 +78,16 @@ def _start_fork_server(first_module: Optional[str]) -> Any:
         forkserver.ensure_running()  # a no-op if it runs already
     finally:
         os.environ.pop(_ENV, None)
+    ready = context.Process(target=_ready, name="watchdog_sync-sample-warmup")
+    ready.start()  # returns once the server has preloaded and forked it
+    ready.join(_READY_LIMIT)
+    if ready.exitcode is not None:
+        ready.close()
     return context
+
+
+def _ready() -> None:
+    """The warm-up child: exits at once."""
 
 
 def preload_in_server() -> None:

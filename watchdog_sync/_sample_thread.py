@@ -162,7 +162,7 @@ def run_in_thread(
             why = f"it did not stop within {JOIN_GRACE:.2f}s after its budget ended"
     finally:
         unregister()
-        if not worker.done.is_set():
+        if worker.thread.ident is not None and not worker.done.is_set():
             budget.cancel("cancelled")  # we leave (deadline or an interrupt): stop what we can
             abandoned = worker.abandon(why)
     if abandoned:
