@@ -103,8 +103,8 @@ def run_sample(
     only scheduling delay on a loaded machine. The timeout counts from the
     call, so in process mode the child's start-up (a few ms) is part of it.
     One exception: the first process-mode call in a process first starts the
-    fork server and waits for its preloading (about 0.4 s, longer when the
-    harness script's imports are slow) before the sample's clock starts.
+    fork server and waits for its preloading (a few tenths of a second, longer
+    when the harness script's imports are slow) before the sample's clock starts.
 
     Args:
         fn: the sample: any callable (picklable in process mode).
