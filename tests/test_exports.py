@@ -20,11 +20,13 @@ CONTRACT = {
     "RetryBudget",
     "RetryExhausted",
     "RetryPolicy",
+    "SampleResult",
     "StreamIdleTimeout",
     "StreamProtocolError",
     "TransportError",
     "WatchdogError",
     "__version__",
+    "abandoned_workers",
     "add_listener",
     "carry_budget",
     "classify",
@@ -32,6 +34,7 @@ CONTRACT = {
     "deadline",
     "retry_call",
     "retrying",
+    "run_sample",
 }
 
 

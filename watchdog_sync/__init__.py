@@ -22,6 +22,7 @@ from ._errors import (
 from ._events import Event, add_listener
 from ._retry import RetryPolicy, retry_call, retrying
 from ._retry_budget import RetryBudget
+from ._sample import SampleResult, abandoned_workers, run_sample
 from ._scope import carry_budget, current_budget, deadline
 from ._version import __version__
 
@@ -37,11 +38,13 @@ __all__ = [
     "RetryBudget",
     "RetryExhausted",
     "RetryPolicy",
+    "SampleResult",
     "StreamIdleTimeout",
     "StreamProtocolError",
     "TransportError",
     "WatchdogError",
     "__version__",
+    "abandoned_workers",
     "add_listener",
     "carry_budget",
     "classify",
@@ -49,4 +52,5 @@ __all__ = [
     "deadline",
     "retry_call",
     "retrying",
+    "run_sample",
 ]
