@@ -104,3 +104,38 @@ class RawServer:
         for conn in conns:
             conn.close()
         self._listener.close()
+
+
+def send_sse_head(conn: socket.socket, framing: str = "chunked", status: str = "200 OK") -> None:
+    """Response headers of an event stream, chunked or close-delimited."""
+    head = f"HTTP/1.1 {status}\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    head += "Transfer-Encoding: chunked\r\n" if framing == "chunked" else "Connection: close\r\n"
+    conn.sendall(head.encode() + b"\r\n")
+
+
+def send_body_piece(conn: socket.socket, data: bytes, framing: str = "chunked") -> None:
+    """One piece of the body: its own HTTP chunk, or raw bytes when close-delimited."""
+    if framing == "chunked":
+        conn.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
+    else:
+        conn.sendall(data)
+
+
+def end_body(conn: socket.socket, framing: str = "chunked") -> None:
+    if framing == "chunked":
+        conn.sendall(b"0\r\n\r\n")
+
+
+def wait_for_disconnect(conn: socket.socket, stop: threading.Event, limit: float = 10.0) -> bool:
+    """Wait until the client closes its side (True) or the server stops / limit passes."""
+    conn.settimeout(0.05)
+    waited = 0.0
+    while not stop.is_set() and waited < limit:
+        try:
+            if conn.recv(4096) == b"":
+                return True
+        except socket.timeout:
+            waited += 0.05
+        except OSError:
+            return True
+    return False

@@ -224,8 +224,6 @@ def _check_response(response: requests.Response, secrets: Any) -> None:
             retry_after=parse_retry_after(response.headers),
             body=excerpt(body, 1000, secrets),
         )
-        verdict = classify(error)
-        error.reason, error.retryable = verdict.reason, verdict.retryable
         raise error
     content_type = response.headers.get("Content-Type", "")
     if not content_type.lower().startswith("text/event-stream"):
