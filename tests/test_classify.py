@@ -225,3 +225,10 @@ def test_retry_after_forms() -> None:
     assert parse_retry_after({"Retry-After": "soon"}) is None
     assert parse_retry_after({"Retry-After": "-5"}) is None
     assert parse_retry_after({}) is None
+
+
+def test_a_transport_error_an_inner_layer_marked_permanent_stays_permanent() -> None:
+    err = ws.TransportError("reset", transport_code="ECONNRESET", retryable=False)
+    result = ws.classify(err)
+    assert (result.transport_code, result.retryable) == ("ECONNRESET", False)
+    assert ws.classify(ws.TransportError("reset", transport_code="ECONNRESET")).retryable is True

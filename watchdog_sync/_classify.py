@@ -167,7 +167,8 @@ def classify(exc: BaseException) -> Classification:
         return _own(exc)
     code = _find_transport_code(exc)
     if code is not None:
-        return Classification("transport", "transport", True, code)
+        decided = isinstance(exc, WatchdogError) and exc.retryable is False  # an inner layer's say
+        return Classification("transport", "transport", not decided, code)
     if status is not None:
         return _http(exc, *status)
     if isinstance(exc, _PROGRAMMING):

@@ -1,0 +1,476 @@
+"""FaultGateway: an embedded OpenAI-compatible server that misbehaves on purpose."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+import select
+import socket
+import ssl
+import threading
+import time
+import types
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Set, Type
+
+from . import _openai
+from ._scenarios import Call, Scenario, describe, resolve, run_ok
+from ._wire import TICK, BadRequest, ClientGone, Connection, EndExchange, Exchange, Request, phrase
+
+__all__ = ["FaultGateway", "SeenRequest"]
+
+_ROUTE = re.compile(r"^/s/(?P<key>[A-Za-z0-9_.-]+)/v1/chat/completions/?$")
+_SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key", "openai-api-key"}
+)
+_REDACTED = "<redacted>"
+_STOP_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class SeenRequest:
+    """One chat completion request the gateway received (a snapshot).
+
+    Attributes:
+        key: the run key of the ``base_url`` it was sent to.
+        scenario: the scenario name of that ``base_url``.
+        attempt: 1 for the first request to that ``base_url``, 2 for the next, ...
+        faulted: True if the scenario misbehaved, False if it answered like ``ok``
+            (``fail_first`` reached).
+        method: the HTTP method.
+        path: the request target, as sent.
+        stream: whether the body asked for a stream (``"stream": true``).
+        body: the parsed JSON body (a copy), or None if it was not JSON.
+        headers: the request headers, names lower-cased; secret ones
+            (Authorization, cookies, API-key headers) are replaced by ``"<redacted>"``.
+        request_id: the ``X-Request-ID`` header, if the client sent one.
+        arrived_at: ``time.monotonic()`` when the whole request had been read.
+        ended_at: ``time.monotonic()`` when the gateway finished with it, None while running.
+        client_disconnected: True if the client closed or reset the connection
+            before the gateway had finished the response.
+        status: the HTTP status sent, None if no status line was sent.
+    """
+
+    key: str
+    scenario: str
+    attempt: int
+    faulted: bool
+    method: str
+    path: str
+    stream: bool
+    body: Any
+    headers: Mapping[str, str]
+    request_id: Optional[str]
+    arrived_at: float
+    ended_at: Optional[float]
+    client_disconnected: bool
+    status: Optional[int]
+
+
+class _Route:
+    """A ``base_url`` registered on the server: its scenario, options and attempt count."""
+
+    def __init__(
+        self, key: str, scenario: Scenario, options: Dict[str, Any], ok_options: Dict[str, Any]
+    ) -> None:
+        self.key = key
+        self.scenario = scenario
+        self.options = options
+        self.ok_options = ok_options
+        self.attempts = itertools.count(1)
+
+
+class _Record:
+    """The mutable state behind a SeenRequest, guarded by the gateway's lock."""
+
+    def __init__(self, route: _Route, attempt: int, faulted: bool, request: Request) -> None:
+        self.route = route
+        self.attempt = attempt
+        self.faulted = faulted
+        self.request = request
+        self.body = _parse_json(request.body)
+        self.arrived_at = time.monotonic()
+        self.ended_at: Optional[float] = None
+        self.client_disconnected = False
+        self.status: Optional[int] = None
+
+    def snapshot(self) -> SeenRequest:
+        headers = {
+            name: _REDACTED if name in _SECRET_HEADERS else value
+            for name, value in self.request.headers.items()
+        }
+        return SeenRequest(
+            key=self.route.key,
+            scenario=self.route.scenario.name,
+            attempt=self.attempt,
+            faulted=self.faulted,
+            method=self.request.method,
+            path=self.request.target,
+            stream=_wants_stream(self.body),
+            body=copy.deepcopy(self.body),
+            headers=types.MappingProxyType(headers),
+            request_id=self.request.headers.get("x-request-id"),
+            arrived_at=self.arrived_at,
+            ended_at=self.ended_at,
+            client_disconnected=self.client_disconnected,
+            status=self.status,
+        )
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _wants_stream(body: Any) -> bool:
+    return isinstance(body, dict) and body.get("stream") is True
+
+
+class FaultGateway:
+    """An OpenAI-compatible chat completions server on loopback that misbehaves on purpose.
+
+    Each ``base_url(scenario, **options)`` is a fresh route with its own
+    attempt count; POST ``{base_url}/chat/completions`` to it. Everything the
+    server does is bounded: it polls its sockets every 50 ms, so a held
+    connection ends within a tick of the client disconnecting or of
+    ``stop()``; ``stop()`` closes every connection and joins every thread.
+
+    Args:
+        host: the address to listen on (keep it loopback).
+        port: the port; 0 picks a free one (read it from ``.port``).
+        certfile: a PEM certificate chain: serve HTTPS instead of HTTP.
+        keyfile: the certificate's private key (if not inside ``certfile``).
+        max_connections: connections served at once; more get a 503 and are closed.
+        max_body_bytes: a larger request body gets a 413.
+        request_timeout: seconds to receive a whole request (head and body);
+            a slower request gets a 408 (an idle kept-alive connection is closed).
+        keep_alive: False to answer every request with ``Connection: close``
+            and close the connection after the response, so no client keeps
+            an idle pooled socket to the gateway.
+
+    Timeouts and cancellation: the gateway never waits on a client longer
+    than ``request_timeout`` to read a request; it holds a misbehaving
+    response until the client disconnects or ``stop()`` is called.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        certfile: Optional[str] = None,
+        keyfile: Optional[str] = None,
+        max_connections: int = 64,
+        max_body_bytes: int = 1024 * 1024,
+        request_timeout: float = 10.0,
+        keep_alive: bool = True,
+    ) -> None:
+        if keyfile is not None and certfile is None:
+            raise ValueError("keyfile needs certfile: pass the certificate chain too")
+        for name, value in (
+            ("max_connections", max_connections),
+            ("max_body_bytes", max_body_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(request_timeout, bool) or not request_timeout > 0:
+            raise ValueError(f"request_timeout must be > 0 seconds, got {request_timeout!r}")
+        self._host = host
+        self._requested_port = port
+        self._tls: Optional[ssl.SSLContext] = None
+        if certfile is not None:
+            self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self._tls.load_cert_chain(certfile, keyfile)
+        self._max_connections = max_connections
+        self._max_body_bytes = max_body_bytes
+        self._request_timeout = float(request_timeout)
+        self._keep_alive = keep_alive
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._listener: Optional[socket.socket] = None
+        self._acceptor: Optional[threading.Thread] = None
+        self._workers: Set[threading.Thread] = set()
+        self._routes: Dict[str, _Route] = {}
+        self._records: List[_Record] = []
+        self._conn_ids = itertools.count(1)
+        self._names = itertools.count(1)
+        self._port: Optional[int] = None
+        self._started = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> FaultGateway:
+        """Bind, listen and start serving in background threads; returns self.
+
+        Raises ``RuntimeError`` if called twice, ``OSError`` if the port cannot be bound.
+        """
+        if self._started:
+            raise RuntimeError("this FaultGateway was already started; create a new one")
+        self._started = True
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self._host, self._requested_port))
+            listener.listen(128)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self._port = listener.getsockname()[1]
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, name="watchdog-sync-gateway-accept", daemon=True
+        )
+        self._acceptor.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: end every held connection, join every thread (idempotent).
+
+        Takes about one 50 ms tick; a thread that does not end within 2 s is
+        reported with ``RuntimeError``.
+        """
+        self._stop.set()
+        give_up = time.monotonic() + _STOP_SECONDS
+        if self._acceptor is not None:
+            self._acceptor.join(max(0.0, give_up - time.monotonic()))
+        if self._listener is not None:
+            self._listener.close()
+        with self._lock:
+            workers = list(self._workers)
+        for worker in workers:
+            worker.join(max(0.0, give_up - time.monotonic()))
+        alive = [t.name for t in [self._acceptor, *workers] if t is not None and t.is_alive()]
+        if alive:
+            raise RuntimeError(f"FaultGateway threads did not stop in time: {alive}")
+
+    def __enter__(self) -> FaultGateway:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[types.TracebackType],
+    ) -> None:
+        self.stop()
+
+    # -- addresses -----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port the gateway listens on (``RuntimeError`` before ``start()``)."""
+        if self._port is None:
+            raise RuntimeError("the FaultGateway is not started: call start() or use `with`")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` (``https`` with a certificate), without a path."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{host}:{self.port}"
+
+    def base_url(self, scenario: str, **options: Any) -> str:
+        """Register a fresh route for ``scenario`` and return its base URL, ending in ``/v1``.
+
+        POST ``{base_url}/chat/completions`` with an OpenAI chat body;
+        ``"stream": true`` gets SSE, otherwise a ``chat.completion`` JSON.
+        Each call makes a new route with its own attempt count (for
+        ``fail_first``) and its own ``requests_seen``.
+
+        Raises:
+            ValueError: unknown scenario or option (the message lists the valid
+                ones), or a bad option value.
+            TypeError: an option of the wrong type.
+            RuntimeError: the gateway is not started.
+        """
+        found, resolved, ok_options = resolve(scenario, options)
+        url = self.url
+        if self._stop.is_set():
+            raise RuntimeError("the FaultGateway is stopped: create a new one")
+        key = f"{scenario}-{next(self._names)}"
+        with self._lock:
+            self._routes[key] = _Route(key, found, resolved, ok_options)
+        return f"{url}/s/{key}/v1"
+
+    @staticmethod
+    def scenarios() -> Dict[str, str]:
+        """Every scenario name with a one-line summary, in documentation order."""
+        return describe()
+
+    def requests_seen(self, base_url_or_key: Optional[str] = None) -> List[SeenRequest]:
+        """Snapshots of the chat completion requests received, in arrival order.
+
+        Args:
+            base_url_or_key: a URL returned by ``base_url`` (or its key) to see
+                only that route's requests; None for all of them.
+
+        Raises:
+            ValueError: the URL or key is not one of this gateway's routes.
+        """
+        with self._lock:
+            if base_url_or_key is None:
+                return [record.snapshot() for record in self._records]
+            key = _key_of(base_url_or_key)
+            if key not in self._routes:
+                raise ValueError(f"{base_url_or_key!r} is not a base_url of this FaultGateway")
+            return [record.snapshot() for record in self._records if record.route.key == key]
+
+    def __repr__(self) -> str:
+        where = self.url if self._port is not None else "not started"
+        return f"<FaultGateway {where}>"
+
+    # -- serving -------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        while not self._stop.is_set():
+            if not select.select([listener], [], [], TICK)[0]:
+                continue
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                continue  # the client left before we accepted it
+            with self._lock:
+                full = len(self._workers) >= self._max_connections
+                if not full:
+                    worker = threading.Thread(
+                        target=self._serve,
+                        args=(sock,),
+                        name=f"watchdog-sync-gateway-conn-{next(self._conn_ids)}",
+                        daemon=True,
+                    )
+                    self._workers.add(worker)
+            if full:
+                _refuse(sock)
+            else:
+                worker.start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        conn = Connection(sock, self._stop)
+        try:
+            if self._tls is not None:
+                conn.handshake(self._tls, self._request_timeout)
+            first = True
+            while not conn.closed:
+                try:
+                    request = conn.read_request(
+                        self._request_timeout, self._max_body_bytes, first=first
+                    )
+                except BadRequest as exc:
+                    _answer_error(conn, exc.status, exc.message)
+                    return
+                first = False
+                if not self._answer(conn, request):
+                    return
+        except EndExchange:
+            pass  # the client left or the gateway is stopping: close below
+        finally:
+            conn.close()
+            with self._lock:
+                self._workers.discard(threading.current_thread())
+
+    def _answer(self, conn: Connection, request: Request) -> bool:
+        """Serve one request; True if the connection may carry another one."""
+        match = _ROUTE.match(request.target.split("?", 1)[0])
+        with self._lock:
+            route = self._routes.get(match.group("key")) if match else None
+        if route is None:
+            message = f"no route {request.target!r}: use FaultGateway.base_url(scenario)"
+            return _answer_error(conn, 404, message, request, keep_alive=self._keep_alive)
+        if request.method != "POST":
+            message = "use POST for chat completions"
+            return _answer_error(conn, 405, message, request, keep_alive=self._keep_alive)
+        with self._lock:
+            attempt = next(route.attempts)
+            fail_first = route.options.get("fail_first")
+            faulted = route.scenario.name != "ok" and (fail_first is None or attempt <= fail_first)
+            record = _Record(route, attempt, faulted, request)
+            self._records.append(record)
+        request_id = request.headers.get("x-request-id") or f"req-{route.key}-{attempt}"
+        options = route.options if faulted else route.ok_options
+        exchange = Exchange(
+            conn, options["framing"], request, request_id, keep_alive=self._keep_alive
+        )
+        try:
+            if not isinstance(record.body, dict):
+                exchange.status = 400
+                message = "the body is not a JSON object"
+                return _answer_error(conn, 400, message, request, keep_alive=self._keep_alive)
+            model = record.body.get("model")
+            call = Call(
+                exchange=exchange,
+                stream=_wants_stream(record.body),
+                options=options,
+                body=record.body,
+                model=model if isinstance(model, str) else "fault-gateway",
+                ident=f"chatcmpl-{route.key}-{attempt}",
+                created=int(time.time()),
+            )
+            (route.scenario.behavior if faulted else run_ok)(call)
+        except ClientGone:
+            with self._lock:
+                record.client_disconnected = True
+            raise
+        finally:
+            with self._lock:
+                record.ended_at = time.monotonic()
+                record.status = exchange.status
+        return exchange.reusable
+
+
+def _key_of(base_url_or_key: str) -> str:
+    marker = "/s/"
+    if marker in base_url_or_key:
+        return base_url_or_key.split(marker, 1)[1].split("/", 1)[0]
+    return base_url_or_key
+
+
+def _answer_error(
+    conn: Connection,
+    status: int,
+    message: str,
+    request: Optional[Request] = None,
+    *,
+    keep_alive: bool = False,
+) -> bool:
+    """Send an OpenAI-style error; keep the connection only for a well-formed request."""
+    body = _openai.error_body(message, "invalid_request_error", None)
+    if request is not None:
+        exchange = Exchange(conn, "chunked", request, "req-gateway", keep_alive=keep_alive)
+        exchange.head(status, "application/json", length=len(body))
+        exchange.write(body)
+        exchange.finish()
+        if exchange.reusable:
+            return True
+    else:
+        head = (
+            f"HTTP/1.1 {status} {phrase(status)}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        conn.send(head.encode("ascii") + body)
+    conn.linger_close()
+    return False
+
+
+def _refuse(sock: socket.socket) -> None:
+    """Best effort 503 to a connection over ``max_connections``, then close."""
+    body = _openai.error_body("too many connections to the FaultGateway", "server_error", None)
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    try:
+        sock.setblocking(False)
+        sock.send(head.encode("ascii") + body)
+    except OSError:
+        pass  # best effort: the client sees a reset or a close instead
+    finally:
+        sock.close()
