@@ -83,3 +83,18 @@ def test_bad_limits_are_programmer_errors() -> None:
         EventFramer(True)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least 64"):
         EventFramer(10)
+
+
+def test_sseclient_still_reads_events_through_its_read_method() -> None:
+    """Fails loudly if sseclient-py changes the hook stream_sse's parser relies on."""
+    import inspect
+
+    assert "self._read()" in inspect.getsource(sseclient.SSEClient.events)
+
+
+def test_a_piece_without_a_blank_line_is_held_back_even_on_the_fast_path() -> None:
+    """Regression: a one-byte read once passed as a whole event."""
+    framer = EventFramer(1024)
+    assert framer.feed(b"data: a\n\n") == [b"data: a\n\n"]
+    assert framer.feed(b"d") == []
+    assert framer.feed(b"ata: b\n\n") == [b"data: b\n\n"]

@@ -42,6 +42,19 @@ _READ_ERRORS = (
 _UNSET: Any = object()
 
 
+class _FramedSSEClient(sseclient.SSEClient):
+    """sseclient-py's field parser over events our framer already split and bounded.
+
+    sseclient's own ``_read`` re-splits and re-joins every event line by line
+    (unbounded, and quadratic on long lines); our framer did that work already.
+    """
+
+    _event_source: Iterator[bytes]
+
+    def _read(self) -> Iterator[bytes]:
+        return self._event_source
+
+
 class SSEStream:
     """The events of one SSE response, guarded by the idle watchdog and the budget.
 
@@ -163,7 +176,7 @@ def stream_sse(
                 stream.headers = dict(response.headers)
                 try:
                     _check_response(response, secrets)
-                    client = sseclient.SSEClient(_chunks(response, framer, stream, abort))
+                    client = _FramedSSEClient(_chunks(response, framer, stream, abort))
                     try:
                         yield from client.events()
                     except UnicodeDecodeError as exc:

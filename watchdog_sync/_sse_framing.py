@@ -42,6 +42,16 @@ class EventFramer:
             StreamProtocolError: ``reason='event_too_large'`` when an unfinished
                 event grows past ``max_event_bytes``.
         """
+        if (
+            not self._buffer
+            and not self._skip_lf
+            and not self._at_start
+            and chunk.endswith(b"\n\n")
+            and chunk.find(b"\n\n") == len(chunk) - 2
+            and b"\r" not in chunk
+            and len(chunk) <= self._max
+        ):
+            return [chunk]  # the common case: one whole event per read, nothing to copy
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[:1] == b"\n":
