@@ -6,10 +6,11 @@ import datetime
 import errno
 import gc
 import logging
+import random
 import socket
 import threading
 import time
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Set
 
 import pytest
 
@@ -363,6 +364,65 @@ def test_a_slow_consumer_bounds_the_buffer_and_close_wakes_the_blocked_reader() 
     stream.close()
     assert closed.is_set()
     assert not readers_alive()
+
+
+def test_an_item_arriving_while_the_reader_is_mid_round_reaches_a_waiting_consumer_at_once(
+    src: SocketSource,
+) -> None:
+    def burst_then_socket() -> Iterator[bytes]:
+        yield from [b"burst"] * 50
+        yield from src.chunks()
+
+    sent_at: List[float] = []
+
+    def send_late() -> None:
+        time.sleep(0.2)  # the scenario: the consumer has drained the burst and waits
+        sent_at.append(time.monotonic())
+        src.send(b"late")
+
+    stream = guard_stream(burst_then_socket(), idle_timeout=1.5, on_timeout=src.unblock)
+    assert next(stream) == b"burst"
+    time.sleep(0.05)  # the scenario: a busy consumer; the reader runs a bulk round into recv
+    sender = threading.Thread(target=send_late)
+    sender.start()
+    try:
+        assert [next(stream) for _ in range(49)] == [b"burst"] * 49
+        assert next(stream) == b"late"
+        latency = time.monotonic() - sent_at[0]
+    finally:
+        sender.join()
+        stream.close()
+    assert latency < 0.1
+
+
+@pytest.mark.parametrize("max_buffered", [1, 2, 3, 5, 1024])
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 5, 6, 11, 3000])
+def test_every_item_arrives_once_in_order_whatever_the_buffer_size(
+    max_buffered: int, count: int
+) -> None:
+    stream = guard_stream(counting(count), idle_timeout=1, max_buffered=max_buffered)
+    assert list(stream) == list(range(count))
+    assert stream.stats.items == count and stream.stats.ended_by == "completed"
+
+
+def test_random_interleavings_keep_order_and_lose_nothing() -> None:
+    rng = random.Random(1234)
+    for _ in range(30):
+        count = rng.randrange(0, 400)
+        pauses = {rng.randrange(0, 400) for _ in range(3)}
+
+        def bursty(count: int = count, pauses: Set[int] = pauses) -> Iterator[int]:
+            for i in range(count):
+                if i in pauses:
+                    time.sleep(0.002)  # the scenario: the source pauses mid-stream
+                yield i
+
+        got: List[int] = []
+        for item in guard_stream(bursty(), idle_timeout=1, max_buffered=rng.choice([1, 2, 7, 64])):
+            if item in pauses:
+                time.sleep(0.002)  # the scenario: the consumer is busy now and then
+            got.append(item)
+        assert got == list(range(count))
 
 
 # -- the budget --------------------------------------------------------------------

@@ -8,12 +8,20 @@ ever waits when the buffer is empty, and then at most
 the ``on_timeout`` hook shuts the source from outside (the reader is usually
 blocked in ``recv``) and the consumer raises at once.
 
-Hand-off protocol (CPython, the GIL orders each step): the reader appends
-without a lock and then compares the buffer length with ``_threshold``; the
-consumer, before it waits, sets ``_threshold`` to 0 and looks at the buffer
-again. Either the consumer sees the item, or the reader sees 0 and takes the
-slow path (lock, notify). ``_threshold`` is also 0 once the stream is
-stopping, and ``max_buffered`` otherwise, which is when the reader blocks.
+Hand-off protocol (CPython; the GIL orders each step below):
+
+- The reader moves items in rounds run in C: ``buf.extend(map(_PASS, gate, source))``
+  where ``gate`` is an iterator over a fresh list of ``room`` slots. ``map`` takes
+  a slot before each item, so a round ends after at most ``room`` items (the
+  buffer never holds more than ``max_buffered``), and it ends after the item in
+  flight as soon as somebody empties the gate list. Items appear in ``buf`` one
+  by one as the round goes.
+- The consumer, before it waits on an empty buffer, flags itself waiting,
+  empties the current gate, and looks at the buffer once more. Either it sees
+  the item, or the reader's round ends and the reader (now in Python, under the
+  lock) notifies it. While the consumer waits, the reader moves single items.
+- Ending the stream empties the gate too, and wakes a reader blocked on a full
+  buffer.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import math
 import operator
 import threading
 import time
-from typing import Callable, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from . import _events, _scope
 from ._budget import Budget
@@ -49,6 +57,8 @@ READER_THREAD_NAME = "watchdog_sync-stream-reader"
 DEFAULT_MAX_BUFFERED = 1024
 _JOIN_SECONDS = 1.0
 _WAIT_MAX = threading.TIMEOUT_MAX
+_NOTHING: Dict[None, Any] = {}
+_PASS = _NOTHING.get  # _PASS(slot, item) -> item, in C: lets map() pair gate slots with items
 
 _log = logging.getLogger("watchdog_sync")
 _monotonic = time.monotonic
@@ -92,7 +102,7 @@ class _Channel(Generic[T]):
         self._not_full = threading.Condition(self._lock)
         self._buf: List[T] = []
         self._max = max_buffered
-        self._threshold = max_buffered
+        self._gate: List[None] = []
         self._consumer_waiting = False
         self._reader_waiting = False
         self._stopping = False
@@ -147,44 +157,60 @@ class _Channel(Generic[T]):
     def _pump(self, iterator: Iterator[T]) -> bool:
         """Move items into the buffer. True when the source ended, False when told to stop."""
         buf = self._buf
-        append = buf.append
-        for item in iterator:
-            self._first_at = _monotonic()
-            append(item)
-            if len(buf) >= self._threshold and not self._handover():
-                return False
-            _events.emit(
-                _events.Event(
-                    "first_byte",
-                    stage=self._stage,
-                    first_byte_ms=(self._first_at - self._created) * 1000.0,
-                )
-            )
-            break
-        else:
+        extend = buf.extend
+        try:
+            item = next(iterator)
+        except StopIteration:
             return True
-        for item in iterator:
-            append(item)
-            if len(buf) >= self._threshold and not self._handover():
-                return False
-        return True
+        self._first_at = _monotonic()
+        buf.append(item)
+        room = self._next_round()  # hands the first item over before announcing it
+        _events.emit(
+            _events.Event(
+                "first_byte",
+                stage=self._stage,
+                first_byte_ms=(self._first_at - self._created) * 1000.0,
+            )
+        )
+        while room >= 0:
+            if room == 0:  # the consumer waits (or little room is left): one item at a time
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return True
+                buf.append(item)
+            else:
+                gate = iter(self._gate)
+                extend(map(_PASS, gate, iterator))
+                if operator.length_hint(gate):  # slots left over: the source has ended
+                    return True
+            room = self._next_round()
+        return False
 
-    def _handover(self) -> bool:
-        """Slow path after an append: wake a waiting consumer, block while full. False = stop."""
+    def _next_round(self) -> int:
+        """Between rounds: wake a waiting consumer, wait while full, open a new gate.
+
+        Returns the round's size, 0 for a single step, -1 to stop.
+        """
         with self._lock:
             if self._stopping:
-                return False
-            if self._consumer_waiting:
+                return -1
+            if self._consumer_waiting and self._buf:
                 self._consumer_waiting = False
-                self._threshold = self._max
                 self._not_empty.notify()
             while len(self._buf) >= self._max:
                 self._reader_waiting = True
                 self._not_full.wait()
                 self._reader_waiting = False
                 if self._stopping:
-                    return False
-            return True
+                    return -1
+            room = self._max - len(self._buf)
+            if self._consumer_waiting or room < 2:
+                # A single step ends by itself; a gate of 1 could not tell the end of the
+                # source from a used-up gate.
+                return 0
+            self._gate = [None] * room
+            return room
 
     def _reader_exited(self, error: Optional[BaseException], completed: bool) -> None:
         with self._lock:
@@ -252,11 +278,10 @@ class _Channel(Generic[T]):
                 if timeout <= 0:
                     continue  # the budget just ended: the check above reports it
                 self._consumer_waiting = True
-                self._threshold = 0
-                if not self._buf:  # an append raced with the flag: take it instead
+                self._gate.clear()  # the reader's round ends after the item in flight
+                if not self._buf:  # an item landed before the gate closed: take it instead
                     self._not_empty.wait(None if math.isinf(timeout) else min(timeout, _WAIT_MAX))
                 self._consumer_waiting = False
-                self._threshold = 0 if self._stopping else self._max
 
     def _idle_left(self, wait_from: float, now: float) -> float:
         """Seconds until the idle (or first-item) limit; ``inf`` when disabled."""
@@ -332,7 +357,7 @@ class _Channel(Generic[T]):
             self._ended_by = ended_by
             self._ended_at = _monotonic()
             self._stopping = True
-            self._threshold = 0
+            self._gate.clear()
             self._not_full.notify_all()
             self._not_empty.notify_all()
             unregister, self._unregister = self._unregister, []
