@@ -337,6 +337,42 @@ def test_an_abandoned_stream_never_iterated_releases_the_reader(src: SocketSourc
     assert wait_until_no_reader()
 
 
+def test_close_from_another_thread_ends_a_waiting_consumers_loop(src: SocketSource) -> None:
+    stream = guard_stream(src.chunks(), idle_timeout=10, on_timeout=src.unblock)
+    outcome: List[object] = []
+
+    def consume() -> None:
+        outcome.append(list(stream))
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    time.sleep(0.05)  # the scenario: the consumer is waiting for the first item
+    stream.close()
+    consumer.join(1.0)
+    assert outcome == [[]]
+    assert stream.stats.ended_by == "closed"
+
+
+class ClosableSource:
+    """An iterable (not an iterator) with its own close(), like a streamed HTTP response."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([1, 2, 3])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_source_object_with_close_is_closed_too() -> None:
+    source = ClosableSource()
+    with guard_stream(source, idle_timeout=1) as stream:
+        assert next(stream) == 1
+    assert source.closed
+
+
 def test_a_stream_kept_alive_by_the_for_loop_alone_keeps_running() -> None:
     got = [item for item in guard_stream(counting(5000), idle_timeout=1)]
     assert got == list(range(5000))

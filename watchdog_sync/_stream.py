@@ -122,27 +122,31 @@ class _Channel(Generic[T]):
         self._ended_by: Optional[str] = None
         self._ended_at: Optional[float] = None
         self._first_at: Optional[float] = None
-        self._taken = 0  # items handed to the consumer in earlier batches
-        self._batch: List[T] = []
-        self._batch_iter: Iterator[T] = iter(self._batch)
+        self._taken = 0  # items in the batches before the current one (consumer's own)
+        # (items before, current batch, its iterator): one tuple, so that stats read
+        # from another thread see a consistent triple.
+        self._current: Tuple[int, List[T], Iterator[T]] = (0, [], iter(()))
         self._thread: Optional[threading.Thread] = None
         self._created = _monotonic()
 
     # -- starting ------------------------------------------------------------
 
-    def start(self, iterator: Iterator[T]) -> None:
+    def start(self, source: Iterable[T], iterator: Iterator[T]) -> None:
         for budget in self._budgets:
             self._unregister.append(budget.on_done(self._on_budget_done))
         context = contextvars.copy_context()
         thread = threading.Thread(
-            target=context.run, args=(self._read, iterator), name=READER_THREAD_NAME, daemon=True
+            target=context.run,
+            args=(self._read, source, iterator),
+            name=READER_THREAD_NAME,
+            daemon=True,
         )
         self._thread = thread
         thread.start()
 
     # -- reader side -----------------------------------------------------------
 
-    def _read(self, iterator: Iterator[T]) -> None:
+    def _read(self, source: Iterable[T], iterator: Iterator[T]) -> None:
         error: Optional[BaseException] = None
         completed = False
         try:
@@ -150,7 +154,9 @@ class _Channel(Generic[T]):
         except (Exception, Cancelled) as exc:  # handed to the consumer, who raises it
             error = exc
         finally:
-            _close_quietly(iterator)
+            _close_quietly(iterator)  # a generator can only be closed by its own thread
+            if source is not iterator:
+                _close_quietly(source)
             self._reader_exited(error, completed)
             error = None  # break the traceback -> frame -> error cycle
 
@@ -228,9 +234,9 @@ class _Channel(Generic[T]):
         Raises the source's error, :class:`StreamIdleTimeout`, or ``Cancelled``
         (converted when the explicit budget owns it).
         """
-        self._taken += len(self._batch)  # the chain only asks once the batch is used up
-        self._batch = []
-        self._batch_iter = iter(self._batch)
+        before, batch, _ = self._current  # the chain only asks once the batch is used up
+        self._taken = before + len(batch)
+        self._current = (self._taken, [], iter(()))
         wait_from: Optional[float] = None
         while True:
             outcome, wait_from = self._poll(wait_from)
@@ -262,9 +268,9 @@ class _Channel(Generic[T]):
                     del buf[:count]
                     if self._reader_waiting:
                         self._not_full.notify()
-                    self._batch = batch
-                    self._batch_iter = iter(batch)
-                    return self._batch_iter, wait_from
+                    items = iter(batch)
+                    self._current = (self._taken, batch, items)
+                    return items, wait_from
                 if self._reader_done:
                     return None, wait_from
                 now = _monotonic()
@@ -400,7 +406,7 @@ class _Channel(Generic[T]):
                 self._reader_done
                 and self._reader_completed
                 and not self._buf
-                and operator.length_hint(self._batch_iter) == 0
+                and operator.length_hint(self._current[2]) == 0
             )
         self._finish("completed" if everything_delivered else "closed")
         thread = self._thread
@@ -417,7 +423,8 @@ class _Channel(Generic[T]):
     # -- reading state -------------------------------------------------------
 
     def delivered(self) -> int:
-        return self._taken + len(self._batch) - operator.length_hint(self._batch_iter)
+        before, batch, items = self._current
+        return before + len(batch) - operator.length_hint(items)
 
     def stats(self) -> StreamStats:
         end = self._ended_at if self._ended_at is not None else _monotonic()
@@ -592,7 +599,7 @@ def guard_stream(
     )
     batches = _batches(channel)
     next(batches)
-    channel.start(iterator)
+    channel.start(source, iterator)
     return GuardedStream(channel, itertools.chain.from_iterable(batches))
 
 
