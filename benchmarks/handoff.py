@@ -1,15 +1,16 @@
 """guard_stream's cost and reaction time, measured side by side in one run.
 
 1. Throughput: a source of 200,000 small items consumed directly and through
-   guard_stream (best of several rounds each), for a bare source and for one
-   that does a little parsing per item. Prints items/s and guarded/direct.
+   guard_stream (rounds alternate; best of each), for a bare source and for one
+   that does a little parsing per item, at the default max_buffered and 4x it.
+   Prints items/s, the ratio of the best runs and the median of paired ratios.
 2. Idle detection latency: 200 stalls (one item, then silence) with
    idle_timeout=0.05 s on a real socketpair; how late StreamIdleTimeout fires
    after the limit (median, p99).
 3. Release: time from the timeout until the reader thread has exited, with an
    on_timeout that shuts down the socket the reader is blocked on.
 
-Run: ``python benchmarks/handoff.py`` (about 20 s; stops by itself).
+Run: ``python benchmarks/handoff.py`` (about 25 s; stops by itself).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import gc
 import socket
 import statistics
 import time
-from typing import Callable, Iterable, Iterator, List, Tuple
+from typing import Iterable, Iterator, List, Tuple
 
 from watchdog_sync import StreamIdleTimeout
-from watchdog_sync._stream import guard_stream
+from watchdog_sync._stream import DEFAULT_MAX_BUFFERED, guard_stream
 
 LINE = b'data: {"id":"c1","choices":[{"delta":{"content":"hi"}}]}\n'
 
@@ -48,26 +49,38 @@ def consume(items: Iterable[bytes]) -> int:
     return count
 
 
-def rate(make: Callable[[], Iterable[bytes]], n: int, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        gc.collect()
-        items = make()
-        started = time.perf_counter()
-        assert consume(items) == n
-        best = min(best, time.perf_counter() - started)
-    return n / best
+def timed(items: Iterable[bytes], n: int) -> Tuple[float, float]:
+    """Wall-clock and process CPU seconds (both threads) to consume ``items``."""
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    assert consume(items) == n
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def throughput(n: int, rounds: int) -> None:
-    print(f"throughput: {n:,} items, best of {rounds} rounds")
+def throughput(n: int, rounds: int, max_buffered: List[int]) -> None:
+    """Direct and guarded runs alternate, so that both see the same machine load."""
+    print(
+        f"throughput: {n:,} items, {rounds} rounds; best-of rates, ratio of the bests "
+        "(median of paired ratios), and the same ratio in CPU time"
+    )
     for name, source in (("bare", bare), ("parsing", parsing)):
-        direct = rate(lambda s=source: s(n), n, rounds)  # type: ignore[misc]
-        guarded = rate(lambda s=source: guard_stream(s(n), idle_timeout=60), n, rounds)  # type: ignore[misc]
-        print(
-            f"  {name:8s} direct {direct / 1e6:6.2f} M items/s   guarded {guarded / 1e6:6.2f} M items/s"
-            f"   ratio {guarded / direct:.2f}x"
-        )
+        for size in max_buffered:
+            direct: List[Tuple[float, float]] = []
+            guarded: List[Tuple[float, float]] = []
+            for _ in range(rounds):
+                direct.append(timed(source(n), n))
+                guarded.append(
+                    timed(guard_stream(source(n), idle_timeout=60, max_buffered=size), n)
+                )
+            best_d = min(wall for wall, _ in direct)
+            best_g = min(wall for wall, _ in guarded)
+            paired = statistics.median(d[0] / g[0] for d, g in zip(direct, guarded))
+            cpu = min(c for _, c in direct) / min(c for _, c in guarded)
+            print(
+                f"  {name:8s} max_buffered={size:<5d} direct {n / best_d / 1e6:5.2f} M items/s"
+                f"  guarded {n / best_g / 1e6:5.2f} M items/s"
+                f"  ratio {best_d / best_g:.2f}x ({paired:.2f}x)  cpu {cpu:.2f}x"
+            )
 
 
 def one_stall(idle: float) -> Tuple[float, float]:
@@ -132,11 +145,17 @@ def stalls(count: int, idle: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=200_000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument(
+        "--max-buffered",
+        type=int,
+        nargs="+",
+        default=[DEFAULT_MAX_BUFFERED, 4 * DEFAULT_MAX_BUFFERED],
+    )
     parser.add_argument("--stalls", type=int, default=200)
     parser.add_argument("--idle", type=float, default=0.05)
     args = parser.parse_args()
-    throughput(args.items, args.rounds)
+    throughput(args.items, args.rounds, args.max_buffered)
     stalls(args.stalls, args.idle)
 
 
