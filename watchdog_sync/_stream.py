@@ -532,8 +532,12 @@ def guard_stream(
     bounds every wait of the consumer with an empty buffer: the timer starts
     when the consumer asks for an item and none is buffered, and stops when one
     arrives. Time the consumer spends on its own work is never counted, so
-    items every ``0.8 * idle_timeout`` never trip it. ``None``, ``<= 0`` or
-    ``inf`` disables a limit; the budget still applies.
+    items every ``0.8 * idle_timeout`` never trip it, and a slow consumer never
+    causes a timeout; the price is that a source which goes silent while the
+    consumer is busy is detected ``idle_timeout`` after the consumer comes back
+    for more. ``None``, ``<= 0`` or ``inf`` disables a limit; the budget still
+    applies (and ends a stream whose consumer never has to wait: it is checked
+    before each batch of buffered items is handed over).
 
     Args:
         source: any iterable, typically a generator doing blocking reads.
@@ -550,7 +554,9 @@ def guard_stream(
             (budget end), or on whichever thread drops the stream. Exceptions
             it raises are logged, not propagated.
         max_buffered: the most items held for a slow consumer; the reader
-            waits while the buffer is full, so memory stays bounded.
+            waits while the buffer is full, so memory stays bounded (at most
+            ``max_buffered`` buffered plus the batch the consumer is on).
+            Larger values cost less per item with very fast sources.
 
     Returns:
         A :class:`GuardedStream`: iterator, context manager, ``.close()``, ``.stats``.
@@ -568,6 +574,20 @@ def guard_stream(
     Errors raised by the source reach the consumer unchanged, after the items
     that preceded them. An error the source raises after the consumer gave up
     is dropped.
+
+    Example::
+
+        def lines(sock):                 # blocking reads, as legacy code does them
+            with sock.makefile("rb") as f:
+                yield from f
+
+        with guard_stream(
+            lines(sock),
+            idle_timeout=120,            # StreamIdleTimeout after 120 s of silence
+            on_timeout=lambda: sock.shutdown(socket.SHUT_RDWR),  # wakes the blocked read
+        ) as stream:
+            for line in stream:
+                handle(line)
     """
     try:
         iterator = iter(source)
