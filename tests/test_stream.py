@@ -662,6 +662,27 @@ def test_bad_arguments_are_rejected_naming_the_parameter(
     assert not readers_alive()
 
 
+def test_a_reader_killed_by_a_base_exception_is_reported_not_hung(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: List[type] = []
+    # The thread's own hook gets the SystemExit (it is not ours to catch); record it here.
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_type))
+
+    def exits() -> Iterator[int]:
+        yield 1
+        raise SystemExit(3)
+
+    stream = guard_stream(exits(), idle_timeout=5)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="reader thread ended without an outcome"):
+        list(stream)
+    assert time.monotonic() - started < 1.0
+    assert stream.stats.ended_by == "error" and stream.stats.items == 1
+    assert wait_until_no_reader()
+    assert seen == [SystemExit]
+
+
 def test_a_stuck_reader_is_left_behind_with_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
     release = threading.Event()
 

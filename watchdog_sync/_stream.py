@@ -22,6 +22,8 @@ Hand-off protocol (CPython; the GIL orders each step below):
   lock) notifies it. While the consumer waits, the reader moves single items.
 - Ending the stream empties the gate too, and wakes a reader blocked on a full
   buffer.
+
+Tested on CPython 3.9 to 3.13 with the GIL; free-threaded builds are not covered.
 """
 
 from __future__ import annotations
@@ -564,8 +566,9 @@ def guard_stream(
     Raises:
         StreamIdleTimeout: (while iterating) no item for the limit; ``on_timeout``
             was called first. Retryable only when no item had been delivered.
-        Cancelled: (while iterating) the budget of an enclosing scope ended; that
-            scope converts it. ``on_timeout`` was called first.
+        Cancelled: (while iterating) the budget of the ``deadline()`` scope that
+            was current at creation ended; that scope converts it, so iterate the
+            stream inside it. ``on_timeout`` was called first.
         DeadlineExceeded, OperationCancelled: (while iterating) the explicit
             ``budget`` ended or was cancelled. A cancel wins over an idle
             timeout due at the same moment.
