@@ -311,7 +311,7 @@ def test_close_unblocks_a_reader_blocked_in_recv(src: SocketSource) -> None:
     stream.close()
     assert time.monotonic() - started < 0.5
     assert src.unblocked == 1
-    assert src.closed.is_set()
+    assert src.closed.is_set() and src.closed_in == READER_THREAD_NAME
     assert not readers_alive()
     stream.close()  # idempotent
     assert src.unblocked == 1
