@@ -6,10 +6,11 @@ import datetime
 import errno
 import gc
 import logging
+import random
 import socket
 import threading
 import time
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Set
 
 import pytest
 
@@ -136,14 +137,14 @@ def test_stall_after_items_delivers_the_items_then_raises(src: SocketSource) -> 
 
 
 def test_a_source_active_every_0_8_idle_never_trips() -> None:
-    idle = 0.25
+    idle = 0.5
 
     def steady() -> Iterator[int]:
-        for i in range(5):
+        for i in range(3):
             time.sleep(idle * 0.8)  # the scenario: an item every 0.8 x idle
             yield i
 
-    assert list(guard_stream(steady(), idle_timeout=idle)) == [0, 1, 2, 3, 4]
+    assert list(guard_stream(steady(), idle_timeout=idle)) == [0, 1, 2]
 
 
 def test_time_the_consumer_spends_on_its_own_work_is_not_idle_time() -> None:
@@ -310,7 +311,7 @@ def test_close_unblocks_a_reader_blocked_in_recv(src: SocketSource) -> None:
     stream.close()
     assert time.monotonic() - started < 0.5
     assert src.unblocked == 1
-    assert src.closed.is_set()
+    assert src.closed.is_set() and src.closed_in == READER_THREAD_NAME
     assert not readers_alive()
     stream.close()  # idempotent
     assert src.unblocked == 1
@@ -334,6 +335,42 @@ def test_an_abandoned_stream_never_iterated_releases_the_reader(src: SocketSourc
     gc.collect()
     assert src.closed.wait(1.0)
     assert wait_until_no_reader()
+
+
+def test_close_from_another_thread_ends_a_waiting_consumers_loop(src: SocketSource) -> None:
+    stream = guard_stream(src.chunks(), idle_timeout=10, on_timeout=src.unblock)
+    outcome: List[object] = []
+
+    def consume() -> None:
+        outcome.append(list(stream))
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    time.sleep(0.05)  # the scenario: the consumer is waiting for the first item
+    stream.close()
+    consumer.join(1.0)
+    assert outcome == [[]]
+    assert stream.stats.ended_by == "closed"
+
+
+class ClosableSource:
+    """An iterable (not an iterator) with its own close(), like a streamed HTTP response."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([1, 2, 3])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_source_object_with_close_is_closed_too() -> None:
+    source = ClosableSource()
+    with guard_stream(source, idle_timeout=1) as stream:
+        assert next(stream) == 1
+    assert source.closed
 
 
 def test_a_stream_kept_alive_by_the_for_loop_alone_keeps_running() -> None:
@@ -363,6 +400,65 @@ def test_a_slow_consumer_bounds_the_buffer_and_close_wakes_the_blocked_reader() 
     stream.close()
     assert closed.is_set()
     assert not readers_alive()
+
+
+def test_an_item_arriving_while_the_reader_is_mid_round_reaches_a_waiting_consumer_at_once(
+    src: SocketSource,
+) -> None:
+    def burst_then_socket() -> Iterator[bytes]:
+        yield from [b"burst"] * 50
+        yield from src.chunks()
+
+    sent_at: List[float] = []
+
+    def send_late() -> None:
+        time.sleep(0.2)  # the scenario: the consumer has drained the burst and waits
+        sent_at.append(time.monotonic())
+        src.send(b"late")
+
+    stream = guard_stream(burst_then_socket(), idle_timeout=1.5, on_timeout=src.unblock)
+    assert next(stream) == b"burst"
+    time.sleep(0.05)  # the scenario: a busy consumer; the reader runs a bulk round into recv
+    sender = threading.Thread(target=send_late)
+    sender.start()
+    try:
+        assert [next(stream) for _ in range(49)] == [b"burst"] * 49
+        assert next(stream) == b"late"
+        latency = time.monotonic() - sent_at[0]
+    finally:
+        sender.join()
+        stream.close()
+    assert latency < 0.1
+
+
+@pytest.mark.parametrize("max_buffered", [1, 2, 3, 5, 1024])
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 5, 6, 11, 3000])
+def test_every_item_arrives_once_in_order_whatever_the_buffer_size(
+    max_buffered: int, count: int
+) -> None:
+    stream = guard_stream(counting(count), idle_timeout=1, max_buffered=max_buffered)
+    assert list(stream) == list(range(count))
+    assert stream.stats.items == count and stream.stats.ended_by == "completed"
+
+
+def test_random_interleavings_keep_order_and_lose_nothing() -> None:
+    rng = random.Random(1234)
+    for _ in range(30):
+        count = rng.randrange(0, 400)
+        pauses = {rng.randrange(0, 400) for _ in range(3)}
+
+        def bursty(count: int = count, pauses: Set[int] = pauses) -> Iterator[int]:
+            for i in range(count):
+                if i in pauses:
+                    time.sleep(0.002)  # the scenario: the source pauses mid-stream
+                yield i
+
+        got: List[int] = []
+        for item in guard_stream(bursty(), idle_timeout=1, max_buffered=rng.choice([1, 2, 7, 64])):
+            if item in pauses:
+                time.sleep(0.002)  # the scenario: the consumer is busy now and then
+            got.append(item)
+        assert got == list(range(count))
 
 
 # -- the budget --------------------------------------------------------------------
@@ -564,6 +660,27 @@ def test_bad_arguments_are_rejected_naming_the_parameter(
     with pytest.raises(error, match=name):
         guard_stream(args.pop("source"), **args)
     assert not readers_alive()
+
+
+def test_a_reader_killed_by_a_base_exception_is_reported_not_hung(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: List[type] = []
+    # The thread's own hook gets the SystemExit (it is not ours to catch); record it here.
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_type))
+
+    def exits() -> Iterator[int]:
+        yield 1
+        raise SystemExit(3)
+
+    stream = guard_stream(exits(), idle_timeout=5)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="reader thread ended without an outcome"):
+        list(stream)
+    assert time.monotonic() - started < 1.0
+    assert stream.stats.ended_by == "error" and stream.stats.items == 1
+    assert wait_until_no_reader()
+    assert seen == [SystemExit]
 
 
 def test_a_stuck_reader_is_left_behind_with_a_log_line(caplog: pytest.LogCaptureFixture) -> None:

@@ -8,12 +8,22 @@ ever waits when the buffer is empty, and then at most
 the ``on_timeout`` hook shuts the source from outside (the reader is usually
 blocked in ``recv``) and the consumer raises at once.
 
-Hand-off protocol (CPython, the GIL orders each step): the reader appends
-without a lock and then compares the buffer length with ``_threshold``; the
-consumer, before it waits, sets ``_threshold`` to 0 and looks at the buffer
-again. Either the consumer sees the item, or the reader sees 0 and takes the
-slow path (lock, notify). ``_threshold`` is also 0 once the stream is
-stopping, and ``max_buffered`` otherwise, which is when the reader blocks.
+Hand-off protocol (CPython; the GIL orders each step below):
+
+- The reader moves items in rounds run in C: ``buf.extend(map(_PASS, gate, source))``
+  where ``gate`` is an iterator over a fresh list of ``room`` slots. ``map`` takes
+  a slot before each item, so a round ends after at most ``room`` items (the
+  buffer never holds more than ``max_buffered``), and it ends after the item in
+  flight as soon as somebody empties the gate list. Items appear in ``buf`` one
+  by one as the round goes.
+- The consumer, before it waits on an empty buffer, flags itself waiting,
+  empties the current gate, and looks at the buffer once more. Either it sees
+  the item, or the reader's round ends and the reader (now in Python, under the
+  lock) notifies it. While the consumer waits, the reader moves single items.
+- Ending the stream empties the gate too, and wakes a reader blocked on a full
+  buffer.
+
+Tested on CPython 3.9 to 3.13 with the GIL; free-threaded builds are not covered.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ import math
 import operator
 import threading
 import time
-from typing import Callable, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from . import _events, _scope
 from ._budget import Budget
@@ -49,6 +59,8 @@ READER_THREAD_NAME = "watchdog_sync-stream-reader"
 DEFAULT_MAX_BUFFERED = 1024
 _JOIN_SECONDS = 1.0
 _WAIT_MAX = threading.TIMEOUT_MAX
+_NOTHING: Dict[None, Any] = {}
+_PASS = _NOTHING.get  # _PASS(slot, item) -> item, in C: lets map() pair gate slots with items
 
 _log = logging.getLogger("watchdog_sync")
 _monotonic = time.monotonic
@@ -92,7 +104,7 @@ class _Channel(Generic[T]):
         self._not_full = threading.Condition(self._lock)
         self._buf: List[T] = []
         self._max = max_buffered
-        self._threshold = max_buffered
+        self._gate: List[None] = []
         self._consumer_waiting = False
         self._reader_waiting = False
         self._stopping = False
@@ -112,27 +124,31 @@ class _Channel(Generic[T]):
         self._ended_by: Optional[str] = None
         self._ended_at: Optional[float] = None
         self._first_at: Optional[float] = None
-        self._taken = 0  # items handed to the consumer in earlier batches
-        self._batch: List[T] = []
-        self._batch_iter: Iterator[T] = iter(self._batch)
+        self._taken = 0  # items in the batches before the current one (consumer's own)
+        # (items before, current batch, its iterator): one tuple, so that stats read
+        # from another thread see a consistent triple.
+        self._current: Tuple[int, List[T], Iterator[T]] = (0, [], iter(()))
         self._thread: Optional[threading.Thread] = None
         self._created = _monotonic()
 
     # -- starting ------------------------------------------------------------
 
-    def start(self, iterator: Iterator[T]) -> None:
+    def start(self, source: Iterable[T], iterator: Iterator[T]) -> None:
         for budget in self._budgets:
             self._unregister.append(budget.on_done(self._on_budget_done))
         context = contextvars.copy_context()
         thread = threading.Thread(
-            target=context.run, args=(self._read, iterator), name=READER_THREAD_NAME, daemon=True
+            target=context.run,
+            args=(self._read, source, iterator),
+            name=READER_THREAD_NAME,
+            daemon=True,
         )
         self._thread = thread
         thread.start()
 
     # -- reader side -----------------------------------------------------------
 
-    def _read(self, iterator: Iterator[T]) -> None:
+    def _read(self, source: Iterable[T], iterator: Iterator[T]) -> None:
         error: Optional[BaseException] = None
         completed = False
         try:
@@ -140,51 +156,69 @@ class _Channel(Generic[T]):
         except (Exception, Cancelled) as exc:  # handed to the consumer, who raises it
             error = exc
         finally:
-            _close_quietly(iterator)
+            _close_quietly(iterator)  # a generator can only be closed by its own thread
+            if source is not iterator:
+                _close_quietly(source)
             self._reader_exited(error, completed)
             error = None  # break the traceback -> frame -> error cycle
 
     def _pump(self, iterator: Iterator[T]) -> bool:
         """Move items into the buffer. True when the source ended, False when told to stop."""
         buf = self._buf
-        append = buf.append
-        for item in iterator:
-            self._first_at = _monotonic()
-            append(item)
-            if len(buf) >= self._threshold and not self._handover():
-                return False
-            _events.emit(
-                _events.Event(
-                    "first_byte",
-                    stage=self._stage,
-                    first_byte_ms=(self._first_at - self._created) * 1000.0,
-                )
-            )
-            break
-        else:
+        extend = buf.extend
+        try:
+            item = next(iterator)
+        except StopIteration:
             return True
-        for item in iterator:
-            append(item)
-            if len(buf) >= self._threshold and not self._handover():
-                return False
-        return True
+        self._first_at = _monotonic()
+        buf.append(item)
+        room = self._next_round()  # hands the first item over before announcing it
+        _events.emit(
+            _events.Event(
+                "first_byte",
+                stage=self._stage,
+                first_byte_ms=(self._first_at - self._created) * 1000.0,
+            )
+        )
+        while room >= 0:
+            if room == 0:  # the consumer waits (or little room is left): one item at a time
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return True
+                buf.append(item)
+            else:
+                gate = iter(self._gate)
+                extend(map(_PASS, gate, iterator))
+                if operator.length_hint(gate):  # slots left over: the source has ended
+                    return True
+            room = self._next_round()
+        return False
 
-    def _handover(self) -> bool:
-        """Slow path after an append: wake a waiting consumer, block while full. False = stop."""
+    def _next_round(self) -> int:
+        """Between rounds: wake a waiting consumer, wait while full, open a new gate.
+
+        Returns the round's size, 0 for a single step, -1 to stop.
+        """
         with self._lock:
             if self._stopping:
-                return False
-            if self._consumer_waiting:
+                return -1
+            if self._consumer_waiting and self._buf:
                 self._consumer_waiting = False
-                self._threshold = self._max
                 self._not_empty.notify()
             while len(self._buf) >= self._max:
                 self._reader_waiting = True
                 self._not_full.wait()
                 self._reader_waiting = False
                 if self._stopping:
-                    return False
-            return True
+                    return -1
+            room = self._max - len(self._buf)
+            if self._consumer_waiting or room < 2:
+                # A single step ends by itself; a gate of 1 could not tell the end of the
+                # source from a used-up gate.
+                return 0
+            self._gate = [None] * room
+            return room
 
     def _reader_exited(self, error: Optional[BaseException], completed: bool) -> None:
         with self._lock:
@@ -202,9 +236,9 @@ class _Channel(Generic[T]):
         Raises the source's error, :class:`StreamIdleTimeout`, or ``Cancelled``
         (converted when the explicit budget owns it).
         """
-        self._taken += len(self._batch)  # the chain only asks once the batch is used up
-        self._batch = []
-        self._batch_iter = iter(self._batch)
+        before, batch, _ = self._current  # the chain only asks once the batch is used up
+        self._taken = before + len(batch)
+        self._current = (self._taken, [], iter(()))
         wait_from: Optional[float] = None
         while True:
             outcome, wait_from = self._poll(wait_from)
@@ -236,9 +270,9 @@ class _Channel(Generic[T]):
                     del buf[:count]
                     if self._reader_waiting:
                         self._not_full.notify()
-                    self._batch = batch
-                    self._batch_iter = iter(batch)
-                    return self._batch_iter, wait_from
+                    items = iter(batch)
+                    self._current = (self._taken, batch, items)
+                    return items, wait_from
                 if self._reader_done:
                     return None, wait_from
                 now = _monotonic()
@@ -252,11 +286,10 @@ class _Channel(Generic[T]):
                 if timeout <= 0:
                     continue  # the budget just ended: the check above reports it
                 self._consumer_waiting = True
-                self._threshold = 0
-                if not self._buf:  # an append raced with the flag: take it instead
+                self._gate.clear()  # the reader's round ends after the item in flight
+                if not self._buf:  # an item landed before the gate closed: take it instead
                     self._not_empty.wait(None if math.isinf(timeout) else min(timeout, _WAIT_MAX))
                 self._consumer_waiting = False
-                self._threshold = 0 if self._stopping else self._max
 
     def _idle_left(self, wait_from: float, now: float) -> float:
         """Seconds until the idle (or first-item) limit; ``inf`` when disabled."""
@@ -332,7 +365,7 @@ class _Channel(Generic[T]):
             self._ended_by = ended_by
             self._ended_at = _monotonic()
             self._stopping = True
-            self._threshold = 0
+            self._gate.clear()
             self._not_full.notify_all()
             self._not_empty.notify_all()
             unregister, self._unregister = self._unregister, []
@@ -375,7 +408,7 @@ class _Channel(Generic[T]):
                 self._reader_done
                 and self._reader_completed
                 and not self._buf
-                and operator.length_hint(self._batch_iter) == 0
+                and operator.length_hint(self._current[2]) == 0
             )
         self._finish("completed" if everything_delivered else "closed")
         thread = self._thread
@@ -392,7 +425,8 @@ class _Channel(Generic[T]):
     # -- reading state -------------------------------------------------------
 
     def delivered(self) -> int:
-        return self._taken + len(self._batch) - operator.length_hint(self._batch_iter)
+        before, batch, items = self._current
+        return before + len(batch) - operator.length_hint(items)
 
     def stats(self) -> StreamStats:
         end = self._ended_at if self._ended_at is not None else _monotonic()
@@ -500,8 +534,12 @@ def guard_stream(
     bounds every wait of the consumer with an empty buffer: the timer starts
     when the consumer asks for an item and none is buffered, and stops when one
     arrives. Time the consumer spends on its own work is never counted, so
-    items every ``0.8 * idle_timeout`` never trip it. ``None``, ``<= 0`` or
-    ``inf`` disables a limit; the budget still applies.
+    items every ``0.8 * idle_timeout`` never trip it, and a slow consumer never
+    causes a timeout; the price is that a source which goes silent while the
+    consumer is busy is detected ``idle_timeout`` after the consumer comes back
+    for more. ``None``, ``<= 0`` or ``inf`` disables a limit; the budget still
+    applies (and ends a stream whose consumer never has to wait: it is checked
+    before each batch of buffered items is handed over).
 
     Args:
         source: any iterable, typically a generator doing blocking reads.
@@ -518,7 +556,9 @@ def guard_stream(
             (budget end), or on whichever thread drops the stream. Exceptions
             it raises are logged, not propagated.
         max_buffered: the most items held for a slow consumer; the reader
-            waits while the buffer is full, so memory stays bounded.
+            waits while the buffer is full, so memory stays bounded (at most
+            ``max_buffered`` buffered plus the batch the consumer is on).
+            Larger values cost less per item with very fast sources.
 
     Returns:
         A :class:`GuardedStream`: iterator, context manager, ``.close()``, ``.stats``.
@@ -526,8 +566,9 @@ def guard_stream(
     Raises:
         StreamIdleTimeout: (while iterating) no item for the limit; ``on_timeout``
             was called first. Retryable only when no item had been delivered.
-        Cancelled: (while iterating) the budget of an enclosing scope ended; that
-            scope converts it. ``on_timeout`` was called first.
+        Cancelled: (while iterating) the budget of the ``deadline()`` scope that
+            was current at creation ended; that scope converts it, so iterate the
+            stream inside it. ``on_timeout`` was called first.
         DeadlineExceeded, OperationCancelled: (while iterating) the explicit
             ``budget`` ended or was cancelled. A cancel wins over an idle
             timeout due at the same moment.
@@ -536,6 +577,20 @@ def guard_stream(
     Errors raised by the source reach the consumer unchanged, after the items
     that preceded them. An error the source raises after the consumer gave up
     is dropped.
+
+    Example::
+
+        def lines(sock):                 # blocking reads, as legacy code does them
+            with sock.makefile("rb") as f:
+                yield from f
+
+        with guard_stream(
+            lines(sock),
+            idle_timeout=120,            # StreamIdleTimeout after 120 s of silence
+            on_timeout=lambda: sock.shutdown(socket.SHUT_RDWR),  # wakes the blocked read
+        ) as stream:
+            for line in stream:
+                handle(line)
     """
     try:
         iterator = iter(source)
@@ -567,7 +622,7 @@ def guard_stream(
     )
     batches = _batches(channel)
     next(batches)
-    channel.start(iterator)
+    channel.start(source, iterator)
     return GuardedStream(channel, itertools.chain.from_iterable(batches))
 
 
