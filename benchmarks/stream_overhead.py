@@ -63,22 +63,25 @@ def _serve(listener: socket.socket, events: int, stop_at: float) -> None:
             conn, _ = listener.accept()
         except socket.timeout:
             continue
-        with conn:
+        threading.Thread(target=_answer, args=(conn, events), daemon=True).start()
+
+
+def _answer(conn: socket.socket, events: int) -> None:
+    with conn:
+        try:
             request = _read_request(conn)
-            silent = b"/silent" in request.split(b"\r\n", 1)[0]
-            try:
-                conn.sendall(_HEAD)
-                if silent:
-                    conn.settimeout(10)
-                    while conn.recv(65536):  # hold until the client shuts the connection
-                        pass
-                    continue
-                batch = _CHUNK * 50
-                for _ in range(events // 50):
-                    conn.sendall(batch)
-                conn.sendall(b"0\r\n\r\n")
-            except OSError:
-                continue
+            conn.sendall(_HEAD)
+            if b"/silent" in request.split(b"\r\n", 1)[0]:
+                conn.settimeout(10)
+                while conn.recv(65536):  # hold until the client shuts the connection
+                    pass
+                return
+            batch = _CHUNK * 50
+            for _ in range(events // 50):
+                conn.sendall(batch)
+            conn.sendall(b"0\r\n\r\n")
+        except OSError:
+            return
 
 
 def _plain(url: str) -> int:

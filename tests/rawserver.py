@@ -106,10 +106,14 @@ class RawServer:
         self._listener.close()
 
 
-def send_sse_head(conn: socket.socket, framing: str = "chunked", status: str = "200 OK") -> None:
+def send_sse_head(
+    conn: socket.socket, framing: str = "chunked", status: str = "200 OK", *, close: bool = False
+) -> None:
     """Response headers of an event stream, chunked or close-delimited."""
     head = f"HTTP/1.1 {status}\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
     head += "Transfer-Encoding: chunked\r\n" if framing == "chunked" else "Connection: close\r\n"
+    if close and framing == "chunked":
+        head += "Connection: close\r\n"
     conn.sendall(head.encode() + b"\r\n")
 
 

@@ -52,10 +52,10 @@ def disconnects() -> Iterator[List[float]]:
     yield []
 
 
-def then_silent(count: int, seen: List[float]) -> Handler:
+def then_silent(count: int, seen: List[float], *, close: bool = False) -> Handler:
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
-        send_sse_head(conn)
+        send_sse_head(conn, close=close)
         for n in range(count):
             send_body_piece(conn, event(n))
         if wait_for_disconnect(conn, stop):
@@ -97,9 +97,11 @@ def test_both_framings_deliver_each_event_within_50ms(framing: str) -> None:
     assert max(lags) < 0.05
 
 
-def test_200_then_silence_times_out_like_a_read_timeout_and_shuts_the_socket() -> None:
+@pytest.mark.parametrize("close", [False, True], ids=["keep-alive", "connection-close"])
+def test_200_then_silence_times_out_like_a_read_timeout_and_shuts_the_socket(close: bool) -> None:
+    """With `Connection: close`, http.client drops conn.sock early: the socket must still shut."""
     seen: List[float] = []
-    with RawServer(then_silent(0, seen)) as server:
+    with RawServer(then_silent(0, seen, close=close)) as server:
         started = time.monotonic()
         with pytest.raises(ws.StreamIdleTimeout) as info:
             list(stream_sse(server.url, idle_timeout=0.4))

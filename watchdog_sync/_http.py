@@ -25,7 +25,7 @@ import ipaddress
 import math
 import socket
 import threading
-from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import requests
 import requests.adapters
@@ -43,7 +43,13 @@ _GUARD_ATTR = "_watchdog_sync_guard"
 
 
 class _ConnectionGuard:
-    """Connections one request has checked out; shut them all when the budget ends."""
+    """Connections one request has checked out; shut them all when the budget ends.
+
+    The socket of each connection is recorded when it is checked out or
+    connected: http.client drops ``conn.sock`` as soon as a response says
+    ``Connection: close`` while the response goes on reading from that same
+    socket, so the connection object alone cannot find it later.
+    """
 
     def __init__(self, budget: Budget, owner: Budget, release: Callable[[], None]) -> None:
         self.budget = budget
@@ -51,6 +57,7 @@ class _ConnectionGuard:
         self._release = release
         self.fired = False
         self._lock = threading.Lock()
+        self._sockets: Dict[int, Any] = {}  # id(conn) -> its socket
         self._connections: List[Any] = []
         self._request_done = False
         self._unregister = budget.on_done(self._fire)
@@ -59,26 +66,32 @@ class _ConnectionGuard:
         with self._lock:
             setattr(conn, _GUARD_ATTR, self)
             self._connections.append(conn)
+            self._remember(conn)
+
+    def connected(self, conn: Any) -> None:
+        """A socket was just opened for ``conn``: remember it, shut it if the budget ended."""
+        with self._lock:
+            self._remember(conn)
+
+    def _remember(self, conn: Any) -> None:
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            self._sockets[id(conn)] = sock
             if self.fired:
-                _shutdown(getattr(conn, "sock", None))
+                _shutdown(sock)
 
     def detach(self, conn: Any) -> bool:
         """Forget ``conn`` (going back to the pool); True when it was shut and must be dropped."""
         with self._lock:
             if conn in self._connections:
                 self._connections.remove(conn)
+            self._sockets.pop(id(conn), None)
             setattr(conn, _GUARD_ATTR, None)
             fired = self.fired
             finished = self._request_done and not self._connections
         if finished:
             self._finish()
         return fired
-
-    def connected(self, conn: Any) -> None:
-        """A socket was just opened for ``conn``: shut it if the budget already ended."""
-        with self._lock:
-            if self.fired:
-                _shutdown(getattr(conn, "sock", None))
 
     def request_finished(self) -> None:
         with self._lock:
@@ -94,8 +107,8 @@ class _ConnectionGuard:
     def _fire(self, budget: Budget) -> None:
         with self._lock:
             self.fired = True
-            for conn in self._connections:
-                _shutdown(getattr(conn, "sock", None))
+            for sock in self._sockets.values():
+                _shutdown(sock)
 
 
 def _shutdown(sock: Any) -> None:

@@ -18,7 +18,13 @@ import urllib3.exceptions
 
 from ._budget import Budget
 from ._classify import classify, parse_retry_after
-from ._config import DEFAULT_IDLE_TIMEOUT, ENV_IDLE_TIMEOUT, env_seconds
+from ._config import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    ENV_CONNECT_TIMEOUT,
+    ENV_IDLE_TIMEOUT,
+    env_seconds,
+)
 from ._durations import Duration, validate_duration
 from ._errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
 from ._http import Session
@@ -129,7 +135,10 @@ def stream_sse(
             or 120 s.
         first_event_timeout: the longest wait from sending the request to the
             first data event, response headers included (default: ``idle_timeout``).
-        connect_timeout: cap on establishing the connection (default: the budget).
+        connect_timeout: cap on establishing the connection (default:
+            ``WATCHDOG_SYNC_CONNECT_TIMEOUT`` or 10 s). A connect in progress cannot
+            be shut from outside, so this also bounds how long the reader thread
+            lingers after an early stop during connect.
         budget: the budget the stream runs under (with the current scope's: the
             tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
@@ -153,6 +162,8 @@ def stream_sse(
         )
     if idle_timeout is _UNSET:
         idle_timeout = env_seconds(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
+    if connect_timeout is None:
+        connect_timeout = env_seconds(ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT)
     connect = validate_duration(connect_timeout, "connect_timeout")
     framer = EventFramer(max_event_bytes)
     stream = SSEStream()
