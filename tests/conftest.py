@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -35,6 +36,7 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         threading.excepthook = previous_hook
     give_up = time.monotonic() + _SETTLE_SECONDS
+    gc.collect()  # sockets held only by reference cycles (exception tracebacks) close here
     while True:
         extra = [t for t in _threads() if t not in before_threads and t.is_alive()]
         fds = _fds()

@@ -30,7 +30,7 @@ from ._errors import (
     WatchdogError,
 )
 
-__all__ = ["Classification", "classify", "parse_retry_after", "status_reason"]
+__all__ = ["Classification", "classify", "parse_retry_after", "status_reason", "status_verdict"]
 
 _MAX_DEPTH = 8
 
@@ -190,11 +190,16 @@ def _http(exc: BaseException, status: int, body: str, headers: Mapping[str, str]
     retry_after = parse_retry_after(headers)
     if isinstance(exc, HTTPStatusError) and exc.retry_after is not None:
         retry_after = exc.retry_after
-    reason = status_reason(status, body)
-    retryable = status in _RETRYABLE_STATUS and reason != "quota_exceeded"
-    if isinstance(exc, WatchdogError) and exc.retryable is False and status in _RETRYABLE_STATUS:
+    reason, retryable = status_verdict(status, body)
+    if isinstance(exc, WatchdogError) and exc.retryable is False:
         retryable = False  # an inner layer already decided
     return Classification("http", reason, retryable, None, status, retry_after)
+
+
+def status_verdict(status: int, body: str = "") -> Tuple[str, bool]:
+    """The reason code for an HTTP status and whether another attempt could help."""
+    reason = status_reason(status, body)
+    return reason, status in _RETRYABLE_STATUS and reason != "quota_exceeded"
 
 
 def status_reason(status: int, body: str = "") -> str:

@@ -215,7 +215,8 @@ class HTTPStatusError(WatchdogError):
     """The server answered with a non-2xx status.
 
     ``body`` is a short excerpt with secrets redacted; ``retry_after`` is the
-    server's requested wait in seconds, when it sent one.
+    server's requested wait in seconds, when it sent one. ``reason`` and
+    ``retryable`` follow the status table of :func:`classify` unless given.
     """
 
     default_reason = "http_status"
@@ -229,6 +230,14 @@ class HTTPStatusError(WatchdogError):
         body: str = "",
         **fields: Any,
     ) -> None:
+        if fields.get("reason") is None or fields.get("retryable") is None:
+            from ._classify import status_verdict  # the status table lives with classify()
+
+            reason, retryable = status_verdict(status, body)
+            fields["reason"] = fields.get("reason") or reason
+            fields["retryable"] = (
+                retryable if fields.get("retryable") is None else fields["retryable"]
+            )
         super().__init__(message, **fields)
         self.status = status
         self.retry_after = retry_after

@@ -26,6 +26,7 @@ __all__ = [
     "error_for",
     "joined_budget",
     "owns",
+    "using_budget",
 ]
 
 _CURRENT: contextvars.ContextVar[Optional[Budget]] = contextvars.ContextVar(
@@ -90,6 +91,16 @@ def error_for(
         remaining=0.0,
         request_id=request_id,
     )
+
+
+@contextlib.contextmanager
+def using_budget(budget: Budget) -> Iterator[Budget]:
+    """Make ``budget`` current for the block, without converting anything at its exit."""
+    token = _CURRENT.set(budget)
+    try:
+        yield budget
+    finally:
+        _CURRENT.reset(token)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,176 @@
+"""Guarded SSE vs a plain requests + sseclient-py loop, side by side in one run.
+
+Usage: python benchmarks/stream_overhead.py [--events 100000] [--rounds 3] [--stalls 200]
+
+A local server (its own process, so it does not compete for the GIL) sends
+``--events`` small events on 127.0.0.1, each its own HTTP chunk, as gateways
+send them. Prints events/s of (a) requests + sseclient-py and (b) stream_sse,
+and their ratio (best of ``--rounds``); then the idle-timeout detection latency
+(fired-at minus idle) over ``--stalls`` silent streams, and the time from the
+timeout to the socket closed and the reader thread gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import socket
+import statistics
+import threading
+import time
+from typing import List, Tuple
+
+import requests
+import sseclient
+
+import watchdog_sync as ws
+from watchdog_sync._sse import stream_sse
+
+_EVENT = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
+_CHUNK = b"%x\r\n" % len(_EVENT) + _EVENT + b"\r\n"
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+)
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """The request head and its whole body (so closing never resets the client)."""
+    request = b""
+    while b"\r\n\r\n" not in request:
+        piece = conn.recv(65536)
+        if not piece:
+            return request
+        request += piece
+    head, _, body = request.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        piece = conn.recv(65536)
+        if not piece:
+            break
+        body += piece
+    return head
+
+
+def _serve(listener: socket.socket, events: int, stop_at: float) -> None:
+    listener.settimeout(0.5)
+    while time.monotonic() < stop_at:
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        threading.Thread(target=_answer, args=(conn, events), daemon=True).start()
+
+
+def _answer(conn: socket.socket, events: int) -> None:
+    with conn:
+        try:
+            request = _read_request(conn)
+            conn.sendall(_HEAD)
+            if b"/silent" in request.split(b"\r\n", 1)[0]:
+                conn.settimeout(10)
+                while conn.recv(65536):  # hold until the client shuts the connection
+                    pass
+                return
+            batch = _CHUNK * 50
+            for _ in range(events // 50):
+                conn.sendall(batch)
+            conn.sendall(b"0\r\n\r\n")
+        except OSError:
+            return
+
+
+def _plain(url: str) -> int:
+    count = 0
+    with requests.post(url, json={}, stream=True, timeout=(5, 30)) as response:
+        for _ in sseclient.SSEClient(response).events():
+            count += 1
+    return count
+
+
+def _guarded(url: str) -> int:
+    count = 0
+    for _ in stream_sse(url, json={}, idle_timeout=30):
+        count += 1
+    return count
+
+
+def _rate(fn: object, url: str, events: int, rounds: int) -> float:
+    best = 0.0
+    for _ in range(rounds):
+        started = time.perf_counter()
+        got = fn(url)  # type: ignore[operator]
+        elapsed = time.perf_counter() - started
+        assert got == events, f"{fn} read {got} of {events} events"
+        best = max(best, events / elapsed)
+    return best
+
+
+def _stalls(url: str, count: int, idle: float) -> Tuple[List[float], List[float]]:
+    lateness: List[float] = []
+    cleanup: List[float] = []
+    for _ in range(count):
+        stream = stream_sse(url + "/silent", json={}, idle_timeout=idle)
+        started = time.monotonic()
+        try:
+            next(iter(stream))
+        except ws.StreamIdleTimeout:
+            fired = time.monotonic()
+            lateness.append(fired - started - idle)
+        while any(t.name.startswith("watchdog_sync-stream") for t in threading.enumerate()):
+            time.sleep(0.0005)
+        cleanup.append(time.monotonic() - fired)
+    return lateness, cleanup
+
+
+def _percentile(values: List[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--stalls", type=int, default=200)
+    parser.add_argument("--idle", type=float, default=0.05)
+    args = parser.parse_args()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    budget_seconds = 600.0
+    server = multiprocessing.get_context("fork").Process(
+        target=_serve, args=(listener, args.events, time.monotonic() + budget_seconds), daemon=True
+    )
+    server.start()
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        plain = _rate(_plain, url, args.events, args.rounds)
+        guarded = _rate(_guarded, url, args.events, args.rounds)
+        print(f"events per run: {args.events}, best of {args.rounds}")
+        print(f"(a) requests + sseclient-py: {plain:,.0f} events/s")
+        print(f"(b) stream_sse (guarded):    {guarded:,.0f} events/s")
+        print(f"ratio (b)/(a): {guarded / plain:.2f}")
+        lateness, cleanup = _stalls(f"http://127.0.0.1:{port}", args.stalls, args.idle)
+        print(
+            f"idle detection lateness over {len(lateness)} stalls (idle {args.idle}s): "
+            f"median {statistics.median(lateness) * 1000:.2f} ms, "
+            f"p99 {_percentile(lateness, 0.99) * 1000:.2f} ms"
+        )
+        print(
+            f"timeout -> socket shut and reader thread gone: median "
+            f"{statistics.median(cleanup) * 1000:.2f} ms, p99 {_percentile(cleanup, 0.99) * 1000:.2f} ms"
+        )
+    finally:
+        server.terminate()
+        server.join(5)
+        listener.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""A tiny raw-socket server on 127.0.0.1 for tests that need exact bytes and timing.
+
+Each accepted connection runs ``handler(conn, stop)`` in its own thread; ``stop`` is set
+when the server stops, and every connection is closed then. Bounded: at most
+``max_connections`` accepted, and stop() joins every thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import threading
+from typing import Callable, List, Optional
+
+Handler = Callable[[socket.socket, threading.Event], None]
+
+
+def read_request_head(conn: socket.socket, limit: int = 65536) -> bytes:
+    """Read until the end of the request headers (or EOF / limit)."""
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < limit:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+class RawServer:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        tls: Optional[ssl.SSLContext] = None,
+        max_connections: int = 32,
+    ) -> None:
+        self._handler = handler
+        self._tls = tls
+        self._max = max_connections
+        self._stop = threading.Event()
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self._listener.settimeout(0.05)
+        self.port = int(self._listener.getsockname()[1])
+        self.accepted = 0
+        self._threads: List[threading.Thread] = []
+        self._conns: List[socket.socket] = []
+        self._lock = threading.Lock()
+        self._acceptor = threading.Thread(target=self._accept_loop, name="rawserver-accept")
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self._tls else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> RawServer:
+        self._acceptor.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set() and self.accepted < self._max:
+            try:
+                conn, _ = self._listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.accepted += 1
+            thread = threading.Thread(target=self._serve, args=(conn,), name="rawserver-conn")
+            with self._lock:
+                self._conns.append(conn)
+                self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            if self._tls is not None:
+                conn.settimeout(5)
+                conn = self._tls.wrap_socket(conn, server_side=True)
+                conn.settimeout(None)
+                with self._lock:
+                    self._conns.append(conn)
+            self._handler(conn, self._stop)
+        except OSError:
+            pass  # the client went away or the server stopped: the test decides what that means
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._acceptor.is_alive():
+            self._acceptor.join(5)
+        with self._lock:
+            conns = list(self._conns)
+            threads = list(self._threads)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for thread in threads:
+            thread.join(5)
+        for conn in conns:
+            conn.close()
+        self._listener.close()
+
+
+def send_sse_head(
+    conn: socket.socket, framing: str = "chunked", status: str = "200 OK", *, close: bool = False
+) -> None:
+    """Response headers of an event stream, chunked or close-delimited."""
+    head = f"HTTP/1.1 {status}\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    head += "Transfer-Encoding: chunked\r\n" if framing == "chunked" else "Connection: close\r\n"
+    if close and framing == "chunked":
+        head += "Connection: close\r\n"
+    conn.sendall(head.encode() + b"\r\n")
+
+
+def send_body_piece(conn: socket.socket, data: bytes, framing: str = "chunked") -> None:
+    """One piece of the body: its own HTTP chunk, or raw bytes when close-delimited."""
+    if framing == "chunked":
+        conn.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
+    else:
+        conn.sendall(data)
+
+
+def end_body(conn: socket.socket, framing: str = "chunked") -> None:
+    if framing == "chunked":
+        conn.sendall(b"0\r\n\r\n")
+
+
+def wait_for_disconnect(conn: socket.socket, stop: threading.Event, limit: float = 10.0) -> bool:
+    """Wait until the client closes its side (True) or the server stops / limit passes."""
+    conn.settimeout(0.05)
+    waited = 0.0
+    while not stop.is_set() and waited < limit:
+        try:
+            if conn.recv(4096) == b"":
+                return True
+        except socket.timeout:
+            waited += 0.05
+        except OSError:
+            return True
+    return False

@@ -1,0 +1,351 @@
+"""Session: a requests.Session whose every request is hard-bounded by the budget.
+
+Three mechanisms bound every phase of a request:
+
+* timeouts passed to urllib3 are clipped to the budget's remaining time
+  (connect, and each socket read);
+* name resolution of a host name runs in a short-lived helper thread whose
+  wait is clipped the same way (``getaddrinfo`` has no timeout of its own);
+* the live connection is registered with the budget for the lifetime of the
+  request (until urllib3 returns it to the pool), and when the budget ends
+  the shared watchdog thread shuts its socket down from outside
+  (``shutdown(SHUT_RDWR)``, which wakes a blocked ``recv``; ``close()`` alone
+  does not). A connection that was shut down is discarded, never pooled.
+
+The registration lives exactly as long as the connection is checked out of
+the pool, so a shutdown can never hit a connection that another request
+reuses (urllib3 issue 3581).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import ipaddress
+import math
+import socket
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+import requests
+import requests.adapters
+from urllib3 import connection as _connection
+from urllib3 import connectionpool as _pool
+from urllib3.exceptions import ConnectTimeoutError
+from urllib3.util import Timeout
+
+from ._budget import Budget
+from ._scope import boundary, joined_budget
+
+__all__ = ["Session"]
+
+_GUARD_ATTR = "_watchdog_sync_guard"
+
+
+class _ConnectionGuard:
+    """Connections one request has checked out; shut them all when the budget ends.
+
+    The socket of each connection is recorded when it is checked out or
+    connected: http.client drops ``conn.sock`` as soon as a response says
+    ``Connection: close`` while the response goes on reading from that same
+    socket, so the connection object alone cannot find it later.
+    """
+
+    def __init__(self, budget: Budget, owner: Budget, release: Callable[[], None]) -> None:
+        self.budget = budget
+        self.owner = owner
+        self._release = release
+        self.fired = False
+        self._lock = threading.Lock()
+        self._sockets: Dict[int, Any] = {}  # id(conn) -> its socket
+        self._connections: List[Any] = []
+        self._request_done = False
+        self._unregister = budget.on_done(self._fire)
+
+    def attach(self, conn: Any) -> None:
+        with self._lock:
+            setattr(conn, _GUARD_ATTR, self)
+            self._connections.append(conn)
+            self._remember(conn)
+
+    def connected(self, conn: Any) -> None:
+        """A socket was just opened for ``conn``: remember it, shut it if the budget ended."""
+        with self._lock:
+            self._remember(conn)
+
+    def _remember(self, conn: Any) -> None:
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            self._sockets[id(conn)] = sock
+            if self.fired:
+                _shutdown(sock)
+
+    def detach(self, conn: Any) -> bool:
+        """Forget ``conn`` (going back to the pool); True when it was shut and must be dropped."""
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+            self._sockets.pop(id(conn), None)
+            setattr(conn, _GUARD_ATTR, None)
+            fired = self.fired
+            finished = self._request_done and not self._connections
+        if finished:
+            self._finish()
+        return fired
+
+    def request_finished(self) -> None:
+        with self._lock:
+            self._request_done = True
+            finished = not self._connections
+        if finished:
+            self._finish()
+
+    def _finish(self) -> None:
+        self._unregister()
+        self._release()
+
+    def _fire(self, budget: Budget) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._sockets.values():
+                _shutdown(sock)
+
+
+def _shutdown(sock: Any) -> None:
+    """Shut a (plain or TLS) socket down so a blocked read in another thread wakes."""
+    if sock is None:
+        return
+    raw = sock if isinstance(sock, socket.socket) else getattr(sock, "socket", None)
+    if not isinstance(raw, socket.socket):
+        return
+    with contextlib.suppress(OSError):
+        # The base method, so an SSLSocket is shut at the TCP level without TLS state changes.
+        socket.socket.shutdown(raw, socket.SHUT_RDWR)
+
+
+_ACTIVE_GUARD: contextvars.ContextVar[Optional[_ConnectionGuard]] = contextvars.ContextVar(
+    "watchdog_sync_connection_guard", default=None
+)
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _resolve_bounded(host: str, port: int, timeout: Optional[float]) -> str:
+    """Resolve ``host`` in a helper thread, waiting at most ``timeout`` seconds."""
+    result: List[Any] = []
+    done = threading.Event()
+
+    def resolve() -> None:
+        try:
+            result.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except OSError as exc:
+            result.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=resolve, name="watchdog_sync-dns", daemon=True).start()
+    if not done.wait(timeout):
+        raise socket.timeout(f"name resolution of {host!r} took longer than {timeout:.2f}s")
+    outcome = result[0]
+    if isinstance(outcome, OSError):
+        raise outcome
+    return str(outcome[0][4][0])
+
+
+class _GuardedConnectionMixin:
+    """Resolves names within the connect timeout and tells the guard when a socket opens."""
+
+    _dns_host: str
+    port: int
+    timeout: Any
+
+    def _new_conn(self) -> Any:
+        host = self._dns_host
+        if _is_ip_literal(host) or host == "localhost.":
+            return super()._new_conn()  # type: ignore[misc]
+        timeout = self.timeout if isinstance(self.timeout, (int, float)) else None
+        try:
+            address = _resolve_bounded(host, self.port, timeout)
+        except socket.timeout as exc:
+            raise ConnectTimeoutError(self, f"Connection to {host} timed out: {exc}") from exc
+        except socket.gaierror:
+            return super()._new_conn()  # type: ignore[misc]  # urllib3 raises its own error
+        # urllib3 connects to ``_dns_host``; point it at the resolved address for this call
+        # only, so TLS still verifies and sends SNI for the real host name.
+        self._dns_host = address
+        try:
+            return super()._new_conn()  # type: ignore[misc]
+        finally:
+            self._dns_host = host
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]
+        guard = getattr(self, _GUARD_ATTR, None)
+        if guard is not None:
+            guard.connected(self)
+
+
+class _HTTPConnection(_GuardedConnectionMixin, _connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_GuardedConnectionMixin, _connection.HTTPSConnection):
+    pass
+
+
+class _GuardedPoolMixin:
+    """Registers each checked-out connection with the request's guard; drops shut ones."""
+
+    def _get_conn(self, timeout: Optional[float] = None) -> Any:
+        conn = super()._get_conn(timeout)  # type: ignore[misc]
+        guard = _ACTIVE_GUARD.get()
+        if guard is not None and conn is not None:
+            guard.attach(conn)
+        return conn
+
+    def _put_conn(self, conn: Any) -> None:
+        guard = getattr(conn, _GUARD_ATTR, None) if conn is not None else None
+        if guard is not None and guard.detach(conn):
+            conn.close()
+            conn = None
+        super()._put_conn(conn)  # type: ignore[misc]
+
+
+class _HTTPPool(_GuardedPoolMixin, _pool.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(_GuardedPoolMixin, _pool.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+_POOL_CLASSES = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
+class _GuardedAdapter(requests.adapters.HTTPAdapter):
+    """An HTTPAdapter whose pools register connections with the request's budget."""
+
+    def __init__(self) -> None:
+        super().__init__(max_retries=0)  # retries belong to retry_call
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = dict(_POOL_CLASSES)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        manager.pool_classes_by_scheme = dict(_POOL_CLASSES)
+        return manager
+
+
+TimeoutArg = Union[None, float, Tuple[Optional[float], Optional[float]], Timeout]
+
+
+def clip_timeout(timeout: Any, remaining: float) -> Any:
+    """``timeout`` (requests' forms) with connect and read capped at ``remaining`` seconds."""
+    if math.isinf(remaining):
+        return timeout
+    connect: Any
+    read: Any
+    if isinstance(timeout, Timeout):
+        connect, read = timeout.connect_timeout, timeout.read_timeout
+        connect = None if connect is Timeout.DEFAULT_TIMEOUT else connect
+        read = None if read is Timeout.DEFAULT_TIMEOUT else read
+    elif isinstance(timeout, tuple):
+        connect, read = timeout
+    else:
+        connect = read = timeout
+    floor = 0.001  # urllib3 treats 0 as non-blocking; keep a tiny positive wait
+    return (
+        max(floor, remaining if connect is None else min(float(connect), remaining)),
+        max(floor, remaining if read is None else min(float(read), remaining)),
+    )
+
+
+class Session(requests.Session):
+    """A ``requests.Session`` whose every request is hard-bounded by a budget.
+
+    Each request runs under the current ``deadline()`` scope's budget and, if
+    given, ``budget`` (the tighter wins). Name resolution, connect, TLS,
+    sending, waiting for headers and every body read are bounded: timeouts
+    are clipped to the time left, and when the budget ends the socket is shut
+    down from outside, so even a body that drips one byte a second stops at
+    the deadline. urllib3-level retries are off (retries belong to
+    :func:`retry_call`).
+
+    On timeout or cancel: inside a ``deadline()`` scope the request raises
+    :class:`Cancelled`, which the scope turns into :class:`DeadlineExceeded`
+    (or :class:`OperationCancelled`); with ``Session(budget=...)`` and no
+    scope, the request raises :class:`DeadlineExceeded` /
+    :class:`OperationCancelled` itself. Transport failures keep requests' own
+    exception types, so the session is a drop-in replacement.
+
+    A streamed body (``stream=True``) stays bounded while it is read; the
+    connection is released to the pool (or discarded, if it was shut) when
+    the body is consumed or the response closed.
+    """
+
+    def __init__(self, budget: Optional[Budget] = None) -> None:
+        super().__init__()
+        if budget is not None and not isinstance(budget, Budget):
+            raise TypeError(f"budget must be a watchdog_sync.Budget, not {type(budget).__name__}")
+        self.budget = budget
+        adapter = _GuardedAdapter()
+        self.mount("http://", adapter)
+        self.mount("https://", adapter)
+
+    def __repr__(self) -> str:
+        return f"<watchdog_sync.Session budget={self.budget!r}>"
+
+    def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
+        budget, owner, release = joined_budget(self.budget, stage="http")
+        guard = _ConnectionGuard(budget, owner, release)
+        try:
+            with boundary(budget, owner):
+                budget.check()
+                kwargs["timeout"] = clip_timeout(kwargs.get("timeout"), budget.remaining())
+                token = _ACTIVE_GUARD.set(guard)
+                try:
+                    response = super().request(method, url, *args, **kwargs)
+                except requests.RequestException:
+                    if guard.fired:
+                        budget.check()  # the budget's end caused it: say so
+                    raise
+                finally:
+                    _ACTIVE_GUARD.reset(token)
+                if guard.fired:
+                    response.close()
+                    budget.check()
+        finally:
+            guard.request_finished()
+        if kwargs.get("stream"):
+            _bound_body(response, guard)
+        return response
+
+
+def _bound_body(response: requests.Response, guard: _ConnectionGuard) -> None:
+    """Make errors in a streamed body say so when they come from the budget's end."""
+    plain_iter_content = response.iter_content
+
+    def iter_content(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        try:
+            yield from plain_iter_content(*args, **kwargs)
+        except requests.RequestException:
+            if guard.fired:
+                _raise_budget_end(guard)
+            raise
+        if guard.fired:
+            _raise_budget_end(guard)
+
+    response.iter_content = iter_content  # type: ignore[method-assign]
+
+
+def _raise_budget_end(guard: _ConnectionGuard) -> None:
+    with boundary(guard.budget, guard.owner):
+        guard.budget.check()

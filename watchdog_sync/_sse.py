@@ -1,0 +1,312 @@
+"""stream_sse: Server-Sent Events over a hard-bounded Session, guarded by the idle watchdog.
+
+The request, the reads and the parsing all run in the guarded stream's reader
+thread: the consumer only receives finished ``sseclient.Event`` objects. Only
+events with data count as activity; SSE comments (``: keep-alive``) and
+data-less events do not, so a gateway that only pings still times out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+from typing import Any, Dict, Iterator, Mapping, Optional
+
+import requests
+import sseclient
+import urllib3.exceptions
+
+from ._budget import Budget
+from ._classify import classify, parse_retry_after
+from ._config import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    ENV_CONNECT_TIMEOUT,
+    ENV_IDLE_TIMEOUT,
+    env_seconds,
+)
+from ._durations import Duration, validate_duration
+from ._errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
+from ._http import Session
+from ._redact import excerpt, redact
+from ._scope import current_budget, using_budget
+from ._sse_framing import EventFramer
+from ._stream import GuardedStream, StreamStats, guard_stream
+
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "stream_sse"]
+
+DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
+_READ_SIZE = 65536
+_ERROR_BODY_LIMIT = 4096
+_READ_ERRORS = (
+    OSError,
+    http.client.HTTPException,
+    urllib3.exceptions.HTTPError,
+    requests.RequestException,
+    ValueError,
+)
+_UNSET: Any = object()
+
+
+class _FramedSSEClient(sseclient.SSEClient):
+    """sseclient-py's field parser over events our framer already split and bounded.
+
+    sseclient's own ``_read`` re-splits and re-joins every event line by line
+    (unbounded, and quadratic on long lines); our framer did that work already.
+    """
+
+    _event_source: Iterator[bytes]
+
+    def _read(self) -> Iterator[bytes]:
+        return self._event_source
+
+
+class SSEStream:
+    """The events of one SSE response, guarded by the idle watchdog and the budget.
+
+    Iterate it (or call ``next``) for ``sseclient.Event`` objects; use it as a
+    context manager or call :meth:`close` to stop early (the connection is shut
+    and the reader thread ends). ``status`` and ``headers`` are set once the
+    response headers arrived; ``truncated`` is true when the stream ended in the
+    middle of an event (that half event is not delivered).
+    """
+
+    def __init__(self) -> None:
+        self.status: Optional[int] = None
+        self.headers: Mapping[str, str] = {}
+        self.truncated = False
+        self._guarded: Optional[GuardedStream[Any]] = None
+
+    def _attach(self, guarded: GuardedStream[Any]) -> None:
+        self._guarded = guarded
+
+    @property
+    def stats(self) -> StreamStats:
+        """Items delivered, time to the first one, lifetime and how the stream ended."""
+        assert self._guarded is not None
+        return self._guarded.stats
+
+    def __iter__(self) -> Iterator[Any]:
+        assert self._guarded is not None
+        return iter(self._guarded)
+
+    def __next__(self) -> Any:
+        assert self._guarded is not None
+        return next(self._guarded)
+
+    def close(self) -> None:
+        """Stop the stream: shut the connection and end the reader thread."""
+        if self._guarded is not None:
+            self._guarded.close()
+
+    def __enter__(self) -> SSEStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<SSEStream status={self.status} truncated={self.truncated}>"
+
+
+def stream_sse(
+    url: str,
+    *,
+    method: str = "POST",
+    json: Any = None,
+    headers: Optional[Mapping[str, str]] = None,
+    session: Optional[Session] = None,
+    idle_timeout: Optional[Duration] = _UNSET,
+    first_event_timeout: Optional[Duration] = None,
+    connect_timeout: Optional[Duration] = None,
+    budget: Optional[Budget] = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> SSEStream:
+    """Send a request and stream the Server-Sent Events of its response.
+
+    Args:
+        url: the endpoint.
+        method: HTTP method (``POST`` by default, as chat APIs use).
+        json: the request body, sent as JSON.
+        headers: extra request headers (credentials never appear in errors).
+        session: a :class:`Session` to send with; a private one by default.
+        idle_timeout: the longest gap allowed between data events; ``None`` or
+            ``<= 0`` disables the idle watchdog. Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT``
+            or 120 s.
+        first_event_timeout: the longest wait from sending the request to the
+            first data event, response headers included (default: ``idle_timeout``).
+        connect_timeout: cap on establishing the connection (default:
+            ``WATCHDOG_SYNC_CONNECT_TIMEOUT`` or 10 s). A connect in progress cannot
+            be shut from outside, so this also bounds how long the reader thread
+            lingers after an early stop during connect.
+        budget: the budget the stream runs under (with the current scope's: the
+            tighter wins).
+        max_event_bytes: the largest event accepted (default 8 MiB).
+
+    Returns:
+        An :class:`SSEStream` of ``sseclient.Event`` objects.
+
+    Errors (all :class:`WatchdogError`): :class:`StreamIdleTimeout` when no data
+    event arrives in time (the connection is shut from outside first);
+    :class:`HTTPStatusError` for a non-2xx answer; :class:`TransportError` for a
+    refused or reset connection; :class:`StreamProtocolError` for a non-SSE
+    answer (``unexpected_content_type``), invalid UTF-8 (``malformed_event``) or
+    an event past ``max_event_bytes`` (``event_too_large``). When the budget
+    ends, a scope's ``Cancelled`` propagates to that scope; with ``budget=``
+    the stream raises :class:`DeadlineExceeded` / :class:`OperationCancelled`.
+    """
+    if session is not None and not isinstance(session, Session):
+        raise TypeError(
+            "session must be a watchdog_sync.Session (a plain requests.Session cannot be "
+            f"shut from outside), not {type(session).__name__}"
+        )
+    if idle_timeout is _UNSET:
+        idle_timeout = env_seconds(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
+    if connect_timeout is None:
+        connect_timeout = env_seconds(ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT)
+    connect = validate_duration(connect_timeout, "connect_timeout")
+    framer = EventFramer(max_event_bytes)
+    stream = SSEStream()
+    base = budget if budget is not None else current_budget()
+    abort = base.child(stage=base.stage or "stream")
+    request_headers: Dict[str, str] = {
+        "Accept": "text/event-stream",
+        "Accept-Encoding": "identity",
+        "Cache-Control": "no-cache",
+    }
+    request_headers.update(headers or {})
+    secrets = [v for k, v in request_headers.items() if k.lower() in ("authorization", "api-key")]
+
+    def events() -> Iterator[Any]:
+        own_session = session is None
+        active = Session() if session is None else session
+        try:
+            with using_budget(abort):
+                response = _open(active, method, url, json, request_headers, connect, secrets)
+                stream.status = response.status_code
+                stream.headers = dict(response.headers)
+                try:
+                    _check_response(response, secrets)
+                    client = _FramedSSEClient(_chunks(response, framer, stream, abort))
+                    try:
+                        yield from client.events()
+                    except UnicodeDecodeError as exc:
+                        raise StreamProtocolError(
+                            f"an SSE event is not valid UTF-8 ({exc.reason} at byte {exc.start})",
+                            reason="malformed_event",
+                        ) from None
+                finally:
+                    response.close()
+        finally:
+            if own_session:
+                active.close()
+
+    guarded = guard_stream(
+        events(),
+        idle_timeout=idle_timeout,
+        first_item_timeout=first_event_timeout,
+        budget=budget,
+        on_timeout=lambda: abort.cancel("stream_stopped"),
+    )
+    stream._attach(guarded)
+    return stream
+
+
+def _open(
+    session: Session,
+    method: str,
+    url: str,
+    body: Any,
+    headers: Mapping[str, str],
+    connect: Optional[float],
+    secrets: Any,
+) -> requests.Response:
+    try:
+        return session.request(
+            method, url, json=body, headers=headers, stream=True, timeout=(connect, None)
+        )
+    except requests.RequestException as exc:
+        raise _transport_error(exc, secrets) from exc
+
+
+def _transport_error(exc: BaseException, secrets: Any) -> TransportError:
+    code = classify(exc).transport_code
+    return TransportError(
+        f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}",
+        transport_code=code,
+    )
+
+
+def _check_response(response: requests.Response, secrets: Any) -> None:
+    status = response.status_code
+    if not 200 <= status < 300:
+        body = _read_error_body(response)
+        error = HTTPStatusError(
+            f"HTTP {status} {response.reason or ''}".rstrip()
+            + f": {excerpt(body, 300, secrets) or '(empty body)'}",
+            status=status,
+            retry_after=parse_retry_after(response.headers),
+            body=excerpt(body, 1000, secrets),
+        )
+        raise error
+    content_type = response.headers.get("Content-Type", "")
+    if not content_type.lower().startswith("text/event-stream"):
+        raise StreamProtocolError(
+            f"expected an event stream (text/event-stream) but the server answered "
+            f"{content_type or 'with no Content-Type'}; check the URL and that the "
+            "request asks for streaming",
+            reason="unexpected_content_type",
+        )
+    encoding = response.headers.get("Content-Encoding", "identity").lower()
+    if encoding not in ("", "identity"):
+        raise StreamProtocolError(
+            f"the event stream is compressed ({encoding}) although identity was asked for",
+            reason="unexpected_content_encoding",
+        )
+
+
+def _read_error_body(response: requests.Response) -> str:
+    raw = _raw_fp(response)
+    data = b""
+    with contextlib.suppress(*_READ_ERRORS):
+        while len(data) < _ERROR_BODY_LIMIT:
+            piece = raw.read1(_ERROR_BODY_LIMIT - len(data))
+            if not piece:
+                break
+            data += piece
+    return redact(data.decode("utf-8", "replace"))
+
+
+def _raw_fp(response: requests.Response) -> Any:
+    """The http.client response under urllib3: ``read1`` returns as soon as bytes arrive.
+
+    It decodes chunked framing itself and also serves close-delimited bodies,
+    so events reach the parser as they are sent, whatever the framing.
+    """
+    fp = getattr(response.raw, "_fp", None)
+    if fp is None or not hasattr(fp, "read1"):
+        raise WatchdogError(
+            "this urllib3 version hides the raw response; watchdog_sync needs urllib3 1.26 or 2.x",
+            reason="unsupported_urllib3",
+        )
+    return fp
+
+
+def _chunks(
+    response: requests.Response, framer: EventFramer, stream: SSEStream, abort: Budget
+) -> Iterator[bytes]:
+    """Complete events as they arrive; raise TransportError on a broken connection."""
+    fp = _raw_fp(response)
+    read1 = fp.read1
+    feed = framer.feed
+    while True:
+        try:
+            chunk = read1(_READ_SIZE)
+        except _READ_ERRORS as exc:
+            abort.check()  # shut from outside on purpose: not a transport failure
+            raise _transport_error(exc, ()) from exc
+        if not chunk:
+            break
+        yield from feed(chunk)
+    abort.check()  # an EOF caused by our own shutdown is not a clean end
+    stream.truncated = framer.truncated()

@@ -1,0 +1,100 @@
+"""The bytes sseclient-py reads: complete events only, size-bounded, BOM-stripped.
+
+sseclient-py parses, but its own buffer is unbounded (and grows quadratically
+on a long line), a leading BOM makes it drop the first event, and at EOF it
+dispatches a half-received event. :class:`EventFramer` sits in front of it:
+it splits the raw byte stream into complete events (each ending in a blank
+line, line endings normalised to ``\\n``), refuses any event larger than
+``max_event_bytes`` before buffering more, strips a leading UTF-8 BOM, and at
+EOF reports a truncated last event instead of passing it on.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from ._errors import StreamProtocolError
+
+__all__ = ["EventFramer"]
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class EventFramer:
+    """Incremental splitter of an SSE byte stream into complete, bounded events."""
+
+    __slots__ = ("_at_start", "_buffer", "_max", "_skip_lf")
+
+    def __init__(self, max_event_bytes: int) -> None:
+        if isinstance(max_event_bytes, bool) or not isinstance(max_event_bytes, int):
+            raise TypeError("max_event_bytes must be a whole number of bytes")
+        if max_event_bytes < 64:
+            raise ValueError(f"max_event_bytes must be at least 64, got {max_event_bytes}")
+        self._max = max_event_bytes
+        self._buffer = bytearray()
+        self._skip_lf = False
+        self._at_start = True
+
+    def feed(self, chunk: bytes) -> List[bytes]:
+        """Add raw bytes; return the events they complete (each ends with ``b"\\n\\n"``).
+
+        Raises:
+            StreamProtocolError: ``reason='event_too_large'`` when an unfinished
+                event grows past ``max_event_bytes``.
+        """
+        if (
+            not self._buffer
+            and not self._skip_lf
+            and not self._at_start
+            and chunk.endswith(b"\n\n")
+            and chunk.find(b"\n\n") == len(chunk) - 2
+            and b"\r" not in chunk
+            and len(chunk) <= self._max
+        ):
+            return [chunk]  # the common case: one whole event per read, nothing to copy
+        if self._skip_lf and chunk:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):
+                self._skip_lf = True  # a CRLF may be split across chunks
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self._buffer
+        search_from = max(0, len(buffer) - 1)
+        buffer += chunk
+        if self._at_start:
+            if len(buffer) < len(_BOM) and _BOM.startswith(bytes(buffer)):
+                return []
+            self._at_start = False
+            if buffer.startswith(_BOM):
+                del buffer[: len(_BOM)]
+                search_from = 0
+        events: List[bytes] = []
+        start = 0
+        while True:
+            end = buffer.find(b"\n\n", search_from)
+            if end < 0:
+                break
+            if end + 2 - start > self._max:
+                self._too_large()
+            events.append(bytes(buffer[start : end + 2]))
+            start = search_from = end + 2
+        if start:
+            del buffer[:start]
+        if len(buffer) > self._max:
+            self._too_large()
+        return events
+
+    def _too_large(self) -> None:
+        self._buffer.clear()
+        raise StreamProtocolError(
+            f"an SSE event grew past max_event_bytes={self._max}; the stream was stopped "
+            "to bound memory (raise max_event_bytes if the server really sends events "
+            "this large)",
+            reason="event_too_large",
+        )
+
+    def truncated(self) -> bool:
+        """At EOF: True when an unfinished event (not just blank lines) was left over."""
+        return bool(self._buffer.strip(b"\n"))
