@@ -20,10 +20,13 @@ from ._errors import (
     WatchdogError,
 )
 from ._events import Event, add_listener
+from ._http import Session
 from ._retry import RetryPolicy, retry_call, retrying
 from ._retry_budget import RetryBudget
 from ._sample import SampleResult, abandoned_workers, run_sample
 from ._scope import carry_budget, current_budget, deadline
+from ._sse import SSEStream, stream_sse
+from ._stream import GuardedStream, StreamStats, guard_stream
 from ._version import __version__
 
 __all__ = [
@@ -32,15 +35,19 @@ __all__ = [
     "Classification",
     "DeadlineExceeded",
     "Event",
+    "GuardedStream",
     "HTTPStatusError",
     "OperationCancelled",
     "OperationTimeout",
     "RetryBudget",
     "RetryExhausted",
     "RetryPolicy",
+    "SSEStream",
     "SampleResult",
+    "Session",
     "StreamIdleTimeout",
     "StreamProtocolError",
+    "StreamStats",
     "TransportError",
     "WatchdogError",
     "__version__",
@@ -50,7 +57,9 @@ __all__ = [
     "classify",
     "current_budget",
     "deadline",
+    "guard_stream",
     "retry_call",
     "retrying",
     "run_sample",
+    "stream_sse",
 ]
