@@ -1,11 +1,11 @@
 """Guarded SSE vs a plain requests + sseclient-py loop, side by side in one run.
 
-Usage: python benchmarks/stream_overhead.py [--events 100000] [--rounds 3] [--stalls 200]
+Usage: python benchmarks/stream_overhead.py [--events 100000] [--rounds 7] [--stalls 200]
 
 A local server (its own process, so it does not compete for the GIL) sends
 ``--events`` small events on 127.0.0.1, each its own HTTP chunk, as gateways
 send them. Prints events/s of (a) requests + sseclient-py and (b) stream_sse,
-and their ratio (best of ``--rounds``); then the idle-timeout detection latency
+and their ratio (median over ``--rounds`` alternating runs); then the idle-timeout detection latency
 (fired-at minus idle) over ``--stalls`` silent streams, and the time from the
 timeout to the socket closed and the reader thread gone.
 """
@@ -18,7 +18,7 @@ import socket
 import statistics
 import threading
 import time
-from typing import List, Tuple
+from typing import Callable, List, Tuple
 
 import requests
 import sseclient
@@ -99,23 +99,30 @@ def _guarded(url: str) -> int:
     return count
 
 
-def _rate(fn: object, url: str, events: int, rounds: int) -> float:
-    best = 0.0
+def _timed(fn: Callable[[str], int], url: str, events: int) -> float:
+    started = time.perf_counter()
+    got = fn(url)
+    elapsed = time.perf_counter() - started
+    assert got == events, f"{fn.__name__} read {got} of {events} events"
+    return events / elapsed
+
+
+def _paired(url: str, events: int, rounds: int) -> Tuple[List[float], List[float]]:
+    """Alternate the two readers so machine noise hits both alike."""
+    plain: List[float] = []
+    guarded: List[float] = []
     for _ in range(rounds):
-        started = time.perf_counter()
-        got = fn(url)  # type: ignore[operator]
-        elapsed = time.perf_counter() - started
-        assert got == events, f"{fn} read {got} of {events} events"
-        best = max(best, events / elapsed)
-    return best
+        plain.append(_timed(_plain, url, events))
+        guarded.append(_timed(_guarded, url, events))
+    return plain, guarded
 
 
 def _stalls(url: str, count: int, idle: float) -> Tuple[List[float], List[float]]:
     lateness: List[float] = []
     cleanup: List[float] = []
     for _ in range(count):
-        stream = stream_sse(url + "/silent", json={}, idle_timeout=idle)
         started = time.monotonic()
+        stream = stream_sse(url + "/silent", json={}, idle_timeout=idle)
         try:
             next(iter(stream))
         except ws.StreamIdleTimeout:
@@ -135,7 +142,7 @@ def _percentile(values: List[float], fraction: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--stalls", type=int, default=200)
     parser.add_argument("--idle", type=float, default=0.05)
     args = parser.parse_args()
@@ -150,12 +157,15 @@ def main() -> None:
     server.start()
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     try:
-        plain = _rate(_plain, url, args.events, args.rounds)
-        guarded = _rate(_guarded, url, args.events, args.rounds)
-        print(f"events per run: {args.events}, best of {args.rounds}")
-        print(f"(a) requests + sseclient-py: {plain:,.0f} events/s")
-        print(f"(b) stream_sse (guarded):    {guarded:,.0f} events/s")
-        print(f"ratio (b)/(a): {guarded / plain:.2f}")
+        plain, guarded = _paired(url, args.events, args.rounds)
+        ratios = [g / p for p, g in zip(plain, guarded)]
+        print(f"events per run: {args.events}, {args.rounds} alternating rounds")
+        print(f"(a) requests + sseclient-py: median {statistics.median(plain):,.0f} events/s")
+        print(f"(b) stream_sse (guarded):    median {statistics.median(guarded):,.0f} events/s")
+        print(
+            f"ratio (b)/(a): median {statistics.median(ratios):.2f} "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+        )
         lateness, cleanup = _stalls(f"http://127.0.0.1:{port}", args.stalls, args.idle)
         print(
             f"idle detection lateness over {len(lateness)} stalls (idle {args.idle}s): "

@@ -292,3 +292,18 @@ def test_a_plain_requests_session_is_refused() -> None:
 
     with pytest.raises(TypeError, match=r"watchdog_sync\.Session"):
         stream_sse("http://127.0.0.1:1/", session=requests.Session())  # type: ignore[arg-type]
+
+
+def test_urllib3_still_exposes_the_http_client_response_we_read() -> None:
+    """Fails loudly if urllib3 stops keeping http.client's response as `raw._fp`."""
+    import http.client
+
+    from watchdog_sync._http import Session
+
+    with RawServer(streaming(1)) as server, Session() as session:
+        response = session.post(server.url, stream=True, timeout=5)
+        raw = response.raw._fp
+        assert isinstance(raw, http.client.HTTPResponse)
+        assert raw.chunked is True
+        assert hasattr(raw.fp, "read1")
+        response.close()

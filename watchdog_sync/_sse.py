@@ -16,6 +16,7 @@ import requests
 import sseclient
 import urllib3.exceptions
 
+from ._body import body_pieces
 from ._budget import Budget
 from ._classify import classify, parse_retry_after
 from ._config import (
@@ -36,7 +37,6 @@ from ._stream import GuardedStream, StreamStats, guard_stream
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "stream_sse"]
 
 DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
-_READ_SIZE = 65536
 _ERROR_BODY_LIMIT = 4096
 _READ_ERRORS = (
     OSError,
@@ -266,47 +266,40 @@ def _check_response(response: requests.Response, secrets: Any) -> None:
 
 
 def _read_error_body(response: requests.Response) -> str:
-    raw = _raw_fp(response)
     data = b""
     with contextlib.suppress(*_READ_ERRORS):
-        while len(data) < _ERROR_BODY_LIMIT:
-            piece = raw.read1(_ERROR_BODY_LIMIT - len(data))
-            if not piece:
-                break
+        for piece in body_pieces(_http_response(response)):
             data += piece
-    return redact(data.decode("utf-8", "replace"))
+            if len(data) >= _ERROR_BODY_LIMIT:
+                break
+    return redact(data[:_ERROR_BODY_LIMIT].decode("utf-8", "replace"))
 
 
-def _raw_fp(response: requests.Response) -> Any:
-    """The http.client response under urllib3: ``read1`` returns as soon as bytes arrive.
-
-    It decodes chunked framing itself and also serves close-delimited bodies,
-    so events reach the parser as they are sent, whatever the framing.
-    """
-    fp = getattr(response.raw, "_fp", None)
-    if fp is None or not hasattr(fp, "read1"):
+def _http_response(response: requests.Response) -> http.client.HTTPResponse:
+    """The http.client response under urllib3, whose body we read ourselves."""
+    raw = getattr(response.raw, "_fp", None)
+    if not isinstance(raw, http.client.HTTPResponse):
         raise WatchdogError(
             "this urllib3 version hides the raw response; watchdog_sync needs urllib3 1.26 or 2.x",
             reason="unsupported_urllib3",
         )
-    return fp
+    return raw
 
 
 def _chunks(
     response: requests.Response, framer: EventFramer, stream: SSEStream, abort: Budget
 ) -> Iterator[bytes]:
     """Complete events as they arrive; raise TransportError on a broken connection."""
-    fp = _raw_fp(response)
-    read1 = fp.read1
+    pieces = body_pieces(_http_response(response))
     feed = framer.feed
     while True:
         try:
-            chunk = read1(_READ_SIZE)
+            piece = next(pieces, None)
         except _READ_ERRORS as exc:
             abort.check()  # shut from outside on purpose: not a transport failure
             raise _transport_error(exc, ()) from exc
-        if not chunk:
+        if piece is None:
             break
-        yield from feed(chunk)
+        yield from feed(piece)
     abort.check()  # an EOF caused by our own shutdown is not a clean end
     stream.truncated = framer.truncated()
