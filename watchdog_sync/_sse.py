@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import time
 from typing import Any, Dict, Iterator, Mapping, Optional
 
 import requests
@@ -68,12 +69,14 @@ class SSEStream:
     context manager or call :meth:`close` to stop early (the connection is shut
     and the reader thread ends). ``status`` and ``headers`` are set once the
     response headers arrived; ``truncated`` is true when the stream ended in the
-    middle of an event (that half event is not delivered).
+    middle of an event (that half event is not delivered); ``headers_at`` is the
+    ``time.monotonic()`` at which the response headers arrived.
     """
 
     def __init__(self) -> None:
         self.status: Optional[int] = None
         self.headers: Mapping[str, str] = {}
+        self.headers_at: Optional[float] = None
         self.truncated = False
         self._guarded: Optional[GuardedStream[Any]] = None
 
@@ -183,6 +186,7 @@ def stream_sse(
         try:
             with using_budget(abort):
                 response = _open(active, method, url, json, request_headers, connect, secrets)
+                stream.headers_at = time.monotonic()
                 stream.status = response.status_code
                 stream.headers = dict(response.headers)
                 try:
