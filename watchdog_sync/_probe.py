@@ -94,9 +94,9 @@ def probe(
     )
     with stream:
         for event in stream:
-            arrivals.append(time.monotonic())
             if event.data.strip() == "[DONE]":
                 break
+            arrivals.append(time.monotonic())
             finish_reason = _finish_reason(event.data) or finish_reason
     total = time.monotonic() - started
     gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
