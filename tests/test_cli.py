@@ -29,9 +29,10 @@ def test_demo_runs_every_scenario_both_ways_and_exits_zero(
 
 
 def test_demo_rows_say_what_watchdog_sync_did() -> None:
-    chosen = [s for s in SCENARIOS if s[0] in ("ok", "silent_then_ok", "http401")]
+    chosen = [s for s in SCENARIOS if s[0] in ("ok", "http429_then_ok", "http401")]
     rows = {row.scenario: row for row in run_demo(io.StringIO(), chosen)}
     assert rows["ok"].ours.startswith("ok, ")
-    assert rows["silent_then_ok"].ours.startswith("ok, ") and "2 attempts" in rows["silent_then_ok"].ours
+    assert rows["http429_then_ok"].ours.startswith("ok, ")
+    assert "2 attempts" in rows["http429_then_ok"].ours
     assert rows["http401"].ours.startswith("HTTPStatusError (auth)")
     assert "1 attempt," in rows["http401"].ours
