@@ -9,7 +9,7 @@ import struct
 import threading
 import time
 import tracemalloc
-from typing import Callable, Iterator, List
+from typing import Callable, Dict, Iterator, List
 
 import pytest
 
@@ -248,6 +248,27 @@ def test_a_429_is_an_http_status_error_with_retry_after_and_a_redacted_body() ->
     )
     assert "slow down" in err.body
     assert "sk-live-abcdef123456" not in str(err) + err.body + repr(err)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Authorization": "Bearer zz-plain-key-7Q3xP9"}, {"X-Api-Key": "zz-plain-key-7Q3xP9"}],
+    ids=["bearer", "x-api-key"],
+)
+def test_a_bare_key_echoed_in_an_error_body_is_redacted(headers: Dict[str, str]) -> None:
+    def unauthorized(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        body = b'{"error": {"message": "Incorrect API key provided: zz-plain-key-7Q3xP9"}}'
+        conn.sendall(
+            b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+
+    with RawServer(unauthorized) as server, pytest.raises(ws.HTTPStatusError) as info:
+        list(stream_sse(server.url, idle_timeout=2, headers=headers))
+    err = info.value
+    assert "Incorrect API key provided" in err.body
+    assert "zz-plain-key-7Q3xP9" not in str(err) + err.body + repr(err)
 
 
 def test_connection_refused_is_a_transport_error() -> None:

@@ -28,7 +28,7 @@ from ._config import (
 from ._durations import Duration, validate_duration
 from ._errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
 from ._http import Session
-from ._redact import excerpt, redact
+from ._redact import excerpt, header_secrets, redact
 from ._scope import current_budget, using_budget
 from ._sse_framing import EventFramer
 from ._stream import GuardedStream, StreamStats, guard_stream
@@ -175,7 +175,7 @@ def stream_sse(
         "Cache-Control": "no-cache",
     }
     request_headers.update(headers or {})
-    secrets = [v for k, v in request_headers.items() if k.lower() in ("authorization", "api-key")]
+    secrets = header_secrets(request_headers)
 
     def events() -> Iterator[Any]:
         own_session = session is None
