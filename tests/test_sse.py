@@ -175,6 +175,17 @@ def test_consumer_break_releases_the_connection() -> None:
     assert stream.stats.ended_by == "closed"
 
 
+def test_a_stream_dropped_after_a_break_without_close_releases_the_connection() -> None:
+    seen: List[float] = []
+    with RawServer(then_silent(2, seen)) as server:
+        for _ in stream_sse(server.url, idle_timeout=5):
+            break  # the stream is dropped here, never closed
+        deadline = time.monotonic() + 2
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)  # wait for the server to observe the close (the subject)
+    assert seen
+
+
 def test_a_huge_line_fails_with_bounded_memory() -> None:
     def huge(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-from typing import Any, Dict, Iterator, Mapping, Optional
+import weakref
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 import requests
 import sseclient
@@ -177,17 +178,24 @@ def stream_sse(
     request_headers.update(headers or {})
     secrets = header_secrets(request_headers)
 
+    # The reader reaches the stream weakly: a stream its consumer dropped (``break``
+    # without close()) is collected, and the guard then shuts the connection.
+    stream_ref = weakref.ref(stream)
+
     def events() -> Iterator[Any]:
         own_session = session is None
         active = Session() if session is None else session
         try:
             with using_budget(abort):
                 response = _open(active, method, url, json, request_headers, connect, secrets)
-                stream.status = response.status_code
-                stream.headers = dict(response.headers)
+                current = stream_ref()
+                if current is not None:
+                    current.status = response.status_code
+                    current.headers = dict(response.headers)
+                del current
                 try:
                     _check_response(response, secrets)
-                    client = _FramedSSEClient(_chunks(response, framer, stream, abort))
+                    client = _FramedSSEClient(_chunks(response, framer, stream_ref, abort))
                     try:
                         yield from client.events()
                     except UnicodeDecodeError as exc:
@@ -293,7 +301,10 @@ def _raw_fp(response: requests.Response) -> Any:
 
 
 def _chunks(
-    response: requests.Response, framer: EventFramer, stream: SSEStream, abort: Budget
+    response: requests.Response,
+    framer: EventFramer,
+    stream_ref: Callable[[], Optional[SSEStream]],
+    abort: Budget,
 ) -> Iterator[bytes]:
     """Complete events as they arrive; raise TransportError on a broken connection."""
     fp = _raw_fp(response)
@@ -309,4 +320,6 @@ def _chunks(
             break
         yield from feed(chunk)
     abort.check()  # an EOF caused by our own shutdown is not a clean end
-    stream.truncated = framer.truncated()
+    stream = stream_ref()
+    if stream is not None:
+        stream.truncated = framer.truncated()
