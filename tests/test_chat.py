@@ -3,6 +3,7 @@ before the first chunk, and says what happened."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import socket
@@ -673,6 +674,16 @@ def test_environment_overrides_defaults_and_arguments_override_the_environment(
     monkeypatch.setenv("WATCHDOG_SYNC_IDLE_TIMEOUT", "0")
     with ChatClient("http://127.0.0.1:1/v1", timeout=None) as client:
         assert settings(client)[:2] == (None, None)  # 0 disables; None: no own limit
+
+
+def test_the_signature_shows_each_environment_variable_and_its_default() -> None:
+    shown = {
+        name: repr(parameter.default)
+        for name, parameter in inspect.signature(ChatClient).parameters.items()
+    }
+    assert shown["timeout"] == "$WATCHDOG_SYNC_TIMEOUT or 600"
+    assert shown["idle_timeout"] == "$WATCHDOG_SYNC_IDLE_TIMEOUT or 120"
+    assert shown["connect_timeout"] == "$WATCHDOG_SYNC_CONNECT_TIMEOUT or 10"
 
 
 def test_the_environment_idle_timeout_ends_a_silent_stream(

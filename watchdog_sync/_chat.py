@@ -17,7 +17,13 @@ from . import _scope
 from ._budget import Budget
 from ._chat_call import STAGE, ChatCall, run_in_call
 from ._chat_complete import complete_once
-from ._chat_config import UNSET, first_event_limit, resolve
+from ._chat_config import (
+    CONNECT_TIMEOUT_UNSET,
+    IDLE_TIMEOUT_UNSET,
+    TIMEOUT_UNSET,
+    first_event_limit,
+    resolve,
+)
 from ._chat_stream import ChatStream, open_stream
 from ._durations import Duration, validate_duration
 from ._http import Session
@@ -60,6 +66,11 @@ class ChatClient:
         headers: extra request headers, sent with every call (they override
             the client's own; an ``X-Request-ID`` here is used for every call).
 
+    On timeout: a call whose own budget (``timeout``, ``budget=``) runs out
+    raises :class:`DeadlineExceeded`; the end of an enclosing ``deadline()``
+    scope passes through to that scope. On cancel (``budget.cancel()``):
+    :class:`OperationCancelled`. Waits and reads stop at once in both cases.
+
     Precedence: explicit argument > environment variable > default. The
     environment is read once, here; a malformed value raises ``ValueError``
     naming the variable and the value.
@@ -79,9 +90,9 @@ class ChatClient:
         api_key: Optional[str] = None,
         *,
         model: Optional[str] = None,
-        timeout: Optional[Duration] = UNSET,
-        idle_timeout: Optional[Duration] = UNSET,
-        connect_timeout: Optional[Duration] = UNSET,
+        timeout: Optional[Duration] = TIMEOUT_UNSET,
+        idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
+        connect_timeout: Optional[Duration] = CONNECT_TIMEOUT_UNSET,
         first_event_timeout: Optional[Duration] = None,
         retry: Optional[RetryPolicy] = None,
         session: Optional[Session] = None,

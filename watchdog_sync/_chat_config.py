@@ -1,8 +1,8 @@
 """ChatClient settings: explicit argument > environment variable > default, resolved once.
 
-Each setting's signature default is the private ``UNSET`` sentinel, so "not
-given" (read the environment, then the default) can be told apart from an
-explicit value, ``None`` included.
+Each setting's signature default is a private sentinel (shown as
+``$WATCHDOG_SYNC_TIMEOUT or 600``), so "not given" (read the environment, then
+the default) can be told apart from an explicit value, ``None`` included.
 """
 
 from __future__ import annotations
@@ -26,10 +26,34 @@ from ._config import (
 from ._durations import validate_duration
 from ._retry import RetryPolicy
 
-__all__ = ["DEFAULT_CHAT_MAX_ATTEMPTS", "UNSET", "ChatSettings", "first_event_limit", "resolve"]
+__all__ = [
+    "CONNECT_TIMEOUT_UNSET",
+    "DEFAULT_CHAT_MAX_ATTEMPTS",
+    "IDLE_TIMEOUT_UNSET",
+    "TIMEOUT_UNSET",
+    "ChatSettings",
+    "first_event_limit",
+    "resolve",
+]
 
-UNSET: Any = object()
 DEFAULT_CHAT_MAX_ATTEMPTS = 3
+
+
+class _Unset:
+    """A signature default meaning "not given": the environment variable, else the default."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, env: str, default: float) -> None:
+        self._text = f"${env} or {default:g}"
+
+    def __repr__(self) -> str:
+        return self._text  # what help() and the docs show as the default
+
+
+TIMEOUT_UNSET: Any = _Unset(ENV_TIMEOUT, DEFAULT_TIMEOUT)
+IDLE_TIMEOUT_UNSET: Any = _Unset(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
+CONNECT_TIMEOUT_UNSET: Any = _Unset(ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -86,7 +110,7 @@ def first_event_limit(value: Any) -> Optional[float]:
 
 def _positive(value: Any, name: str, env: str, default: float) -> Optional[float]:
     """A limit that must be > 0; ``None`` or ``inf`` means no limit of its own."""
-    if value is UNSET:
+    if isinstance(value, _Unset):
         seconds = env_seconds(env, default)
         if seconds <= 0:
             raise ValueError(
@@ -99,7 +123,7 @@ def _positive(value: Any, name: str, env: str, default: float) -> Optional[float
 
 def _idle(value: Any) -> Optional[float]:
     """The idle limit: ``None``, ``0`` or less (also from the environment) disables it."""
-    if value is UNSET:
+    if isinstance(value, _Unset):
         seconds = env_seconds(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
         return seconds if seconds > 0 else None
     if value is None:

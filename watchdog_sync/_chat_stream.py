@@ -229,8 +229,8 @@ class ChatStream:
             except WatchdogError as exc:
                 tag(exc, self.request_id, self.attempts)
                 raise
-            if chunk is None:  # a finish_reason can only come with a chunk: not reachable
-                raise no_finish_reason(0, "without [DONE]")
+            # None (a normal end) needs a chunk first: a finish_reason or [DONE] after chunks.
+            assert chunk is not None
             headers = {k.lower(): v for k, v in sse.headers.items()}
             self.server_request_id = next(
                 (headers[name] for name in _SERVER_ID_HEADERS if headers.get(name)), None
