@@ -19,7 +19,7 @@ from watchdog_sync._chat_stream import ChatStream
 from watchdog_sync._stream import READER_THREAD_NAME
 from watchdog_sync.testing import FaultGateway, SeenRequest
 
-from .rawserver import RawServer, end_body, send_body_piece, send_sse_head
+from .rawserver import RawServer, end_body, send_body_piece, send_sse_head, wait_for_disconnect
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -412,6 +412,25 @@ def test_a_stream_ends_normally_on_done_or_on_eof_after_a_finish_reason(
     assert stream.finish_reason == (None if STOP not in pieces else "stop")
 
 
+def test_a_finished_stream_the_server_keeps_open_ends_normally_after_idle(
+    make_client: MakeClient,
+) -> None:
+    def finish_then_hold(conn: socket.socket, stop: threading.Event) -> None:
+        read_request(conn)
+        send_sse_head(conn)
+        for piece in (HELLO, LO, STOP):
+            send_body_piece(conn, piece)
+        wait_for_disconnect(conn, stop)
+
+    with RawServer(finish_then_hold) as server:
+        started = time.monotonic()
+        with make_client(server.url).stream(MESSAGES) as stream:
+            chunks = list(stream)
+    assert IDLE <= time.monotonic() - started < IDLE + 0.6
+    assert (len(chunks), stream.text, stream.finish_reason) == (3, "Hello", "stop")
+    assert stream.stats.ended_by == "idle_timeout"
+
+
 def test_a_truncated_stream_without_finish_reason_is_no_finish_reason(
     make_client: MakeClient,
 ) -> None:
@@ -528,8 +547,8 @@ def test_cancelling_an_explicit_budget_raises_operation_cancelled(
     base = fault_gateway.base_url("silent_after_200")
     budget = ws.Budget()
     timer = threading.Timer(0.3, budget.cancel)
-    timer.start()
     started = time.monotonic()
+    timer.start()
     try:
         with pytest.raises(ws.OperationCancelled) as info:
             make_client(base, idle_timeout=5).stream(MESSAGES, budget=budget)
@@ -567,8 +586,8 @@ def test_close_from_another_thread_ends_a_waiting_consumer_quietly(
     base = fault_gateway.base_url("stall_after_chunks")
     stream = make_client(base, idle_timeout=5).stream(MESSAGES)
     timer = threading.Timer(0.3, stream.close)
-    timer.start()
     started = time.monotonic()
+    timer.start()
     try:
         chunks = list(stream)  # the two chunks, then StopIteration when closed
     finally:

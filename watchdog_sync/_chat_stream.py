@@ -17,7 +17,13 @@ from . import _scope
 from ._budget import Budget
 from ._chat_call import STAGE, ChatCall, run_in_call
 from ._chat_errors import error_object, no_finish_reason, status_error, tag
-from ._errors import Cancelled, HTTPStatusError, StreamProtocolError, WatchdogError
+from ._errors import (
+    Cancelled,
+    HTTPStatusError,
+    StreamIdleTimeout,
+    StreamProtocolError,
+    WatchdogError,
+)
 from ._events import Event, context_with_fields, emit, event_fields
 from ._redact import excerpt
 from ._retry import RetryPolicy, retry_call
@@ -51,7 +57,9 @@ class ChatStream:
         attempts: how many attempts were made to open the stream.
 
     On timeout, while iterating: :class:`StreamIdleTimeout` when no chunk
-    arrived for ``idle_timeout``; :class:`DeadlineExceeded` when the call's
+    arrived for ``idle_timeout`` (after a chunk with a ``finish_reason`` the
+    answer is whole, and the silence just ends the stream);
+    :class:`DeadlineExceeded` when the call's
     own ``timeout`` or ``budget=`` ran out; an enclosing ``deadline()``
     scope's end passes through to that scope. On cancel:
     :class:`OperationCancelled`. Every error raised while iterating has
@@ -118,12 +126,14 @@ class ChatStream:
                 exc, stage=STAGE, attempts=self.attempts, request_id=self.request_id
             ) from None
         except WatchdogError as exc:
-            exc.retryable = False  # chunks were delivered: no replay, for any outer loop
-            tag(exc, self.request_id, self.attempts)
-            if isinstance(exc, StreamProtocolError) and not exc.chunks_received:
-                exc.chunks_received = self._chunks
-            run(self._failed, exc.reason, exc)
-            raise
+            if not (isinstance(exc, StreamIdleTimeout) and self.finish_reason is not None):
+                exc.retryable = False  # chunks were delivered: no replay, for any outer loop
+                tag(exc, self.request_id, self.attempts)
+                if isinstance(exc, StreamProtocolError) and not exc.chunks_received:
+                    exc.chunks_received = self._chunks
+                run(self._failed, exc.reason, exc)
+                raise
+            chunk = None  # finished, but the server kept the stream open: the answer is whole
         if chunk is None:
             run(self._end)
             raise StopIteration
