@@ -189,8 +189,7 @@ class ChatStream:
         return StreamProtocolError(
             f"a stream event is not a JSON object (after {self._chunks} chunks; "
             f"{len(data)} characters, starting {excerpt(data[:40], 60, self._call.secrets)!r}); "
-            "the server is not speaking "
-            "the OpenAI chunk format",
+            "the server is not speaking the OpenAI chunk format",
             reason="malformed_event",
             chunks_received=self._chunks,
         )
