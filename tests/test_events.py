@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from watchdog_sync import Event, add_listener
-from watchdog_sync._events import emit, event_fields
+from watchdog_sync._events import context_with_fields, emit, event_fields
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -61,3 +61,16 @@ def test_event_fields_fill_what_the_event_left_empty() -> None:
         ("inner", "explicit"),
         (None, None),
     ]
+
+
+def test_a_context_with_fields_fills_events_run_in_it_and_leaves_the_caller_alone() -> None:
+    seen: list[Event] = []
+    unregister = add_listener(seen.append)
+    try:
+        with event_fields(model="m1"):
+            context = context_with_fields(request_id="r1")
+        context.run(emit, Event("attempt_start"))
+        emit(Event("outside"))
+    finally:
+        unregister()
+    assert [(e.request_id, e.model) for e in seen] == [("r1", "m1"), (None, None)]

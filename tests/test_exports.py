@@ -11,6 +11,8 @@ pytestmark = pytest.mark.timeout(10)
 CONTRACT = {
     "Budget",
     "Cancelled",
+    "ChatClient",
+    "ChatStream",
     "Classification",
     "DeadlineExceeded",
     "Event",

@@ -9,7 +9,7 @@ import struct
 import threading
 import time
 import tracemalloc
-from typing import Callable, Iterator, List
+from typing import Callable, Dict, Iterator, List
 
 import pytest
 
@@ -175,6 +175,17 @@ def test_consumer_break_releases_the_connection() -> None:
     assert stream.stats.ended_by == "closed"
 
 
+def test_a_stream_dropped_after_a_break_without_close_releases_the_connection() -> None:
+    seen: List[float] = []
+    with RawServer(then_silent(2, seen)) as server:
+        for _ in stream_sse(server.url, idle_timeout=5):
+            break  # the stream is dropped here, never closed
+        deadline = time.monotonic() + 2
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)  # wait for the server to observe the close (the subject)
+    assert seen
+
+
 def test_a_huge_line_fails_with_bounded_memory() -> None:
     def huge(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
@@ -248,6 +259,27 @@ def test_a_429_is_an_http_status_error_with_retry_after_and_a_redacted_body() ->
     )
     assert "slow down" in err.body
     assert "sk-live-abcdef123456" not in str(err) + err.body + repr(err)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Authorization": "Bearer zz-plain-key-7Q3xP9"}, {"X-Api-Key": "zz-plain-key-7Q3xP9"}],
+    ids=["bearer", "x-api-key"],
+)
+def test_a_bare_key_echoed_in_an_error_body_is_redacted(headers: Dict[str, str]) -> None:
+    def unauthorized(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        body = b'{"error": {"message": "Incorrect API key provided: zz-plain-key-7Q3xP9"}}'
+        conn.sendall(
+            b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+
+    with RawServer(unauthorized) as server, pytest.raises(ws.HTTPStatusError) as info:
+        list(stream_sse(server.url, idle_timeout=2, headers=headers))
+    err = info.value
+    assert "Incorrect API key provided" in err.body
+    assert "zz-plain-key-7Q3xP9" not in str(err) + err.body + repr(err)
 
 
 def test_connection_refused_is_a_transport_error() -> None:

@@ -6,6 +6,8 @@ and errors that say exactly what happened (:class:`WatchdogError`).
 """
 
 from ._budget import Budget
+from ._chat import ChatClient
+from ._chat_stream import ChatStream
 from ._classify import Classification, classify
 from ._errors import (
     Cancelled,
@@ -32,6 +34,8 @@ from ._version import __version__
 __all__ = [
     "Budget",
     "Cancelled",
+    "ChatClient",
+    "ChatStream",
     "Classification",
     "DeadlineExceeded",
     "Event",

@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol
 
-__all__ = ["Event", "Listener", "add_listener", "emit", "event_fields"]
+__all__ = ["Event", "Listener", "add_listener", "context_with_fields", "emit", "event_fields"]
 
 _log = logging.getLogger("watchdog_sync")
 
@@ -64,6 +64,17 @@ def event_fields(**fields: Any) -> Iterator[None]:
         yield
     finally:
         _FIELDS.reset(token)
+
+
+def context_with_fields(**fields: Any) -> contextvars.Context:
+    """A copy of the current context in which events carry ``fields`` (as :func:`event_fields`).
+
+    For hot paths: ``context.run(fn)`` costs far less than entering
+    ``event_fields`` each time. A context can be entered by one thread at a time.
+    """
+    context = contextvars.copy_context()
+    context.run(_FIELDS.set, {**(_FIELDS.get() or {}), **fields})
+    return context
 
 
 def add_listener(callback: Listener) -> Callable[[], None]:

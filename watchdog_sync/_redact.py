@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, List, Mapping, Optional
 
-__all__ = ["SENSITIVE_HEADERS", "excerpt", "redact", "safe_headers"]
+__all__ = ["SENSITIVE_HEADERS", "excerpt", "header_secrets", "redact", "safe_headers"]
 
 SENSITIVE_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie", "set-cookie"}
@@ -37,3 +37,19 @@ def excerpt(text: str, limit: int = 500, secrets: Iterable[Optional[str]] = ()) 
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``headers`` with credentials masked (for reprs and logs)."""
     return {k: (_MASK if k.lower() in SENSITIVE_HEADERS else v) for k, v in headers.items()}
+
+
+def header_secrets(headers: Mapping[str, str]) -> List[str]:
+    """The secrets in ``headers``: each credential header's value and its bare token.
+
+    ``Authorization: Bearer abc123`` gives ``["Bearer abc123", "abc123"]``, so a
+    server that echoes the bare key in an error body is redacted too.
+    """
+    found: List[str] = []
+    for name, value in headers.items():
+        if name.lower() in SENSITIVE_HEADERS and isinstance(value, str) and value:
+            found.append(value)
+            token = value.split()[-1] if value.split() else ""
+            if token and token != value:
+                found.append(token)
+    return found

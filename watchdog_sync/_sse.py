@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import http.client
 import time
-from typing import Any, Dict, Iterator, Mapping, Optional
+import weakref
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 import requests
 import sseclient
@@ -30,7 +31,7 @@ from ._config import (
 from ._durations import Duration, validate_duration
 from ._errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
 from ._http import Session
-from ._redact import excerpt, redact
+from ._redact import excerpt, header_secrets, redact
 from ._scope import current_budget, using_budget
 from ._sse_framing import EventFramer
 from ._stream import GuardedStream, StreamStats, guard_stream
@@ -178,7 +179,11 @@ def stream_sse(
         "Cache-Control": "no-cache",
     }
     request_headers.update(headers or {})
-    secrets = [v for k, v in request_headers.items() if k.lower() in ("authorization", "api-key")]
+    secrets = header_secrets(request_headers)
+
+    # The reader reaches the stream weakly: a stream its consumer dropped (``break``
+    # without close()) is collected, and the guard then shuts the connection.
+    stream_ref = weakref.ref(stream)
 
     def events() -> Iterator[Any]:
         own_session = session is None
@@ -186,12 +191,15 @@ def stream_sse(
         try:
             with using_budget(abort):
                 response = _open(active, method, url, json, request_headers, connect, secrets)
-                stream.headers_at = time.monotonic()
-                stream.status = response.status_code
-                stream.headers = dict(response.headers)
+                current = stream_ref()
+                if current is not None:
+                    current.headers_at = time.monotonic()
+                    current.status = response.status_code
+                    current.headers = dict(response.headers)
+                del current
                 try:
                     _check_response(response, secrets)
-                    client = _FramedSSEClient(_chunks(response, framer, stream, abort))
+                    client = _FramedSSEClient(_chunks(response, framer, stream_ref, abort))
                     try:
                         yield from client.events()
                     except UnicodeDecodeError as exc:
@@ -291,7 +299,10 @@ def _http_response(response: requests.Response) -> http.client.HTTPResponse:
 
 
 def _chunks(
-    response: requests.Response, framer: EventFramer, stream: SSEStream, abort: Budget
+    response: requests.Response,
+    framer: EventFramer,
+    stream_ref: Callable[[], Optional[SSEStream]],
+    abort: Budget,
 ) -> Iterator[bytes]:
     """Complete events as they arrive; raise TransportError on a broken connection."""
     pieces = body_pieces(_http_response(response))
@@ -306,4 +317,6 @@ def _chunks(
             break
         yield from feed(piece)
     abort.check()  # an EOF caused by our own shutdown is not a clean end
-    stream.truncated = framer.truncated()
+    stream = stream_ref()
+    if stream is not None:
+        stream.truncated = framer.truncated()

@@ -1,0 +1,313 @@
+"""ChatStream: the chunks of one streaming chat completion, opened with retries.
+
+Opening a stream means "send the request and obtain the first parsed chunk";
+that, and only that, is retried (one ``retry_call``). Once the first chunk
+is in hand it is delivered, and no later failure is retried: a replay would
+duplicate output the caller has already seen, so errors raised while
+iterating carry ``retryable=False`` and outer retry loops leave them alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from . import _scope
+from ._budget import Budget
+from ._chat_call import STAGE, ChatCall, run_in_call
+from ._chat_errors import error_object, no_finish_reason, status_error, tag
+from ._errors import (
+    Cancelled,
+    HTTPStatusError,
+    StreamIdleTimeout,
+    StreamProtocolError,
+    WatchdogError,
+)
+from ._events import Event, context_with_fields, emit, event_fields
+from ._redact import excerpt
+from ._retry import RetryPolicy, retry_call
+from ._sse import SSEStream, stream_sse
+from ._stream import StreamStats
+
+__all__ = ["ChatStream", "open_stream"]
+
+_DONE = "[DONE]"
+_SERVER_ID_HEADERS = ("x-request-id", "openai-request-id", "request-id")
+_loads = json.loads
+
+
+class ChatStream:
+    """The chunks of a streaming chat completion. Made by :meth:`ChatClient.stream`.
+
+    Iterate it for the parsed ``chat.completion.chunk`` dicts, as the server
+    sent them. Use it as a context manager, or call :meth:`close`, to stop
+    early: the connection is shut and the reader thread ends at once.
+
+    Afterwards (or at any point) read:
+
+    Attributes:
+        text: the ``choices[0].delta.content`` pieces so far, joined.
+        finish_reason: ``choices[0].finish_reason`` once the server sent it.
+        usage: the ``usage`` object, when the server sent one.
+        stats: the last attempt's :class:`StreamStats`.
+        request_id: the ``X-Request-ID`` sent with every attempt of this call.
+        server_request_id: the server's own request id (``x-request-id``,
+            ``openai-request-id`` or ``request-id`` response header), if any.
+        attempts: how many attempts were made to open the stream.
+
+    On timeout, while iterating: :class:`StreamIdleTimeout` when no chunk
+    arrived for ``idle_timeout`` (after a chunk with a ``finish_reason`` the
+    answer is whole, and the silence just ends the stream);
+    :class:`DeadlineExceeded` when the call's
+    own ``timeout`` or ``budget=`` ran out; an enclosing ``deadline()``
+    scope's end passes through to that scope. On cancel:
+    :class:`OperationCancelled`. Every error raised while iterating has
+    ``retryable=False`` (chunks were delivered; nothing is replayed) and
+    carries ``request_id``.
+    """
+
+    def __init__(
+        self,
+        call: ChatCall,
+        budget: Budget,
+        owner: Budget,
+        release: Callable[[], None],
+    ) -> None:
+        self.request_id = call.request_id
+        self.server_request_id: Optional[str] = None
+        self.attempts = 0
+        self.finish_reason: Optional[str] = None
+        self.usage: Optional[Dict[str, Any]] = None
+        self._call = call
+        self._budget = budget
+        self._owner = owner
+        self._release = release
+        self._fields = call.fields()
+        self._context = context_with_fields(**self._fields)
+        self._parts: List[str] = []
+        self._chunks = 0
+        self._pending: Optional[Dict[str, Any]] = None
+        self._sse: Optional[SSEStream] = None
+        self._events: Iterator[Any] = iter(())
+        self._ended = False
+
+    # -- reading -------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        """The assistant text received so far (``choices[0].delta.content`` joined)."""
+        return "".join(self._parts)
+
+    @property
+    def stats(self) -> StreamStats:
+        """The last attempt's stream statistics (items, first item, lifetime, end)."""
+        assert self._sse is not None
+        return self._sse.stats
+
+    def __iter__(self) -> ChatStream:
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        chunk = self._pending
+        if chunk is not None:
+            self._pending = None
+            return chunk
+        if self._ended:
+            raise StopIteration
+        run = self._context.run  # events inside carry request_id and model
+        try:
+            chunk = run(self._step)
+        except Cancelled as exc:
+            run(self._failed, exc.reason)
+            if not _scope.owns(self._owner, exc):
+                raise  # an enclosing scope's end: that scope converts it
+            raise _scope.error_for(
+                exc, stage=STAGE, attempts=self.attempts, request_id=self.request_id
+            ) from None
+        except WatchdogError as exc:
+            if not (isinstance(exc, StreamIdleTimeout) and self.finish_reason is not None):
+                exc.retryable = False  # chunks were delivered: no replay, for any outer loop
+                tag(exc, self.request_id, self.attempts)
+                if isinstance(exc, StreamProtocolError) and not exc.chunks_received:
+                    exc.chunks_received = self._chunks
+                run(self._failed, exc.reason, exc)
+                raise
+            chunk = None  # finished, but the server kept the stream open: the answer is whole
+        if chunk is None:
+            run(self._end)
+            raise StopIteration
+        return chunk
+
+    def _step(self) -> Optional[Dict[str, Any]]:
+        """The next chunk, ``None`` at a normal end; raises on every failure."""
+        try:
+            event = next(self._events)
+        except StopIteration:
+            if self.finish_reason is not None or self._ended:
+                return None  # a finish_reason then EOF without [DONE], or close() elsewhere
+            sse = self._sse
+            truncated = sse is not None and sse.truncated
+            how = "in the middle of an event" if truncated else "without [DONE]"
+            raise no_finish_reason(self._chunks, how) from None
+        except HTTPStatusError as exc:
+            raise status_error(
+                exc.status, exc.body, self._call.secrets, retry_after=exc.retry_after
+            ) from None
+        data = event.data
+        if data == _DONE:
+            if not self._chunks:
+                raise no_finish_reason(0, "with [DONE]")
+            return None
+        try:
+            chunk = _loads(data)
+        except ValueError:
+            raise self._malformed(data) from None
+        if type(chunk) is not dict:
+            raise self._malformed(data)
+        if chunk.get("error") is not None or event.event == "error":
+            raise error_object(chunk, self._chunks, self._call.secrets)
+        choices = chunk.get("choices")
+        if choices and type(choices) is list:
+            choice = choices[0]
+            if type(choice) is dict and choice.get("index", 0) == 0:
+                delta = choice.get("delta")
+                if delta and type(delta) is dict:
+                    content = delta.get("content")
+                    if content and type(content) is str:
+                        self._parts.append(content)
+                finish = choice.get("finish_reason")
+                if finish:
+                    self.finish_reason = finish
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = usage
+        self._chunks += 1
+        return chunk
+
+    def _malformed(self, data: str) -> StreamProtocolError:
+        return StreamProtocolError(
+            f"a stream event is not a JSON object (after {self._chunks} chunks; "
+            f"{len(data)} characters, starting {excerpt(data[:40], 60, self._call.secrets)!r}); "
+            "the server is not speaking the OpenAI chunk format",
+            reason="malformed_event",
+            chunks_received=self._chunks,
+        )
+
+    # -- opening ---------------------------------------------------------------
+
+    def _open(self, policy: RetryPolicy) -> None:
+        """Open the stream (retried), up to and including its first chunk."""
+        opened = False
+        try:
+            run_in_call(
+                self._call,
+                self._budget,
+                self._owner,
+                lambda: retry_call(self._attempt, policy=policy, budget=self._budget, stage=STAGE),
+            )
+            opened = True
+        finally:
+            if not opened:
+                self._ended = True
+                self._release()
+
+    def _attempt(self) -> None:
+        """One attempt: a new SSE stream and its first chunk; the stream is closed on failure."""
+        self.attempts += 1
+        self._parts = []
+        self._chunks = 0
+        self.finish_reason = None
+        self.usage = None
+        call = self._call
+        sse = stream_sse(
+            call.url,
+            json=call.body,
+            headers=call.headers,
+            session=call.session,
+            idle_timeout=call.idle_timeout,
+            first_event_timeout=call.first_event_timeout,
+            connect_timeout=math.inf if call.connect_timeout is None else call.connect_timeout,
+        )
+        self._sse = sse
+        self._events = iter(sse)
+        opened = False
+        try:
+            try:
+                chunk = self._step()
+            except WatchdogError as exc:
+                tag(exc, self.request_id, self.attempts)
+                raise
+            # None (a normal end) needs a chunk first: a finish_reason or [DONE] after chunks.
+            assert chunk is not None
+            headers = {k.lower(): v for k, v in sse.headers.items()}
+            self.server_request_id = next(
+                (headers[name] for name in _SERVER_ID_HEADERS if headers.get(name)), None
+            )
+            self._pending = chunk
+            opened = True
+        finally:
+            if not opened:
+                sse.close()
+
+    # -- ending ----------------------------------------------------------------
+
+    def _failed(self, reason: str, error: Optional[WatchdogError] = None) -> None:
+        """A failure after the first chunk: one event, then release everything."""
+        emit(
+            Event(
+                "attempt_failed",
+                stage=STAGE,
+                reason=reason,
+                attempt=self.attempts,
+                chunks_received=self._chunks,
+                status=getattr(error, "status", None),
+                transport_code=getattr(error, "transport_code", None),
+            )
+        )
+        self._end()
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            if self._sse is not None:
+                self._sse.close()
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        """Stop the stream: shut the connection and end the reader thread (idempotent).
+
+        Iterating afterwards ends at once (``StopIteration``).
+        """
+        self._pending = None
+        with event_fields(**self._fields):
+            self._end()
+
+    def __enter__(self) -> ChatStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "ended" if self._ended else "open"
+        return (
+            f"<ChatStream {state} request_id={self.request_id!r} model={self._call.model!r} "
+            f"chunks={self._chunks} finish_reason={self.finish_reason!r}>"
+        )
+
+
+def open_stream(
+    call: ChatCall,
+    policy: RetryPolicy,
+    budget: Budget,
+    owner: Budget,
+    release: Callable[[], None],
+) -> ChatStream:
+    """Open a :class:`ChatStream` for ``call``: returns once its first chunk arrived."""
+    stream = ChatStream(call, budget, owner, release)
+    stream._open(policy)
+    return stream
