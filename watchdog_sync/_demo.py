@@ -98,29 +98,35 @@ def _plain(url: str) -> str:
 
 def _ours(url: str) -> str:
     started = time.monotonic()
+    chunks = 0
     with ChatClient(url, model="demo", timeout=DEADLINE, idle_timeout=IDLE) as client:
-        stream = client.stream([{"role": "user", "content": "hi"}])
-        chunks = 0
         try:
-            for _ in stream:
-                chunks += 1
+            with client.stream([{"role": "user", "content": "hi"}]) as stream:
+                for _ in stream:
+                    chunks += 1
         except WatchdogError as exc:
-            attempts = getattr(exc, "attempts", None) or stream.attempts
+            attempts = getattr(exc, "attempts", 0) or 1
             return (
-                f"{type(exc).__name__} ({exc.reason}), {chunks} chunks, "
-                f"{attempts} attempt{'s' if attempts != 1 else ''}, "
-                f"{time.monotonic() - started:.1f}s"
+                f"{type(exc).__name__} ({exc.reason}), {_count(chunks, 'chunk')}, "
+                f"{_attempts(attempts)}, {time.monotonic() - started:.1f}s"
             )
-        finally:
-            stream.close()
     return (
-        f"ok, {chunks} chunks, finish_reason={stream.finish_reason}, "
-        f"{stream.attempts} attempt{'s' if stream.attempts != 1 else ''}, "
-        f"{time.monotonic() - started:.1f}s"
+        f"ok, {_count(chunks, 'chunk')}, finish_reason={stream.finish_reason}, "
+        f"{_attempts(stream.attempts)}, {time.monotonic() - started:.1f}s"
     )
 
 
-def run_demo(out: TextIO = sys.stdout, scenarios: Sequence[Tuple[str, Dict[str, Any], str]] = SCENARIOS) -> List[Row]:
+def _attempts(count: int) -> str:
+    return _count(count, "attempt")
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
+def run_demo(
+    out: TextIO = sys.stdout, scenarios: Sequence[Tuple[str, Dict[str, Any], str]] = SCENARIOS
+) -> List[Row]:
     """Run every scenario both ways at once; print progress and the table to ``out``."""
     print(
         f"FaultGateway scenarios, side by side: plain requests + sseclient-py (read timeout 120 s, "
@@ -138,13 +144,16 @@ def run_demo(out: TextIO = sys.stdout, scenarios: Sequence[Tuple[str, Dict[str, 
                     url = gateway.base_url(name, **options)
                     jobs[pool.submit(_guarded(fn), url)] = (name, problem, side)
             results: Dict[Tuple[str, str], str] = {}
-            done = 0
-            for future in concurrent.futures.as_completed(jobs):
+            finished = concurrent.futures.as_completed(jobs)
+            for done, future in enumerate(finished, start=1):
                 name, problem, side = jobs[future]
                 results[(name, side)] = future.result()
-                done += 1
                 label = "plain" if side == "plain" else "watchdog_sync"
-                print(f"  [{done:>2}/{len(jobs)}] {name:<20} {label:<13} {results[(name, side)]}", file=out, flush=True)
+                print(
+                    f"  [{done:>2}/{len(jobs)}] {name:<20} {label:<13} {results[(name, side)]}",
+                    file=out,
+                    flush=True,
+                )
     for name, _, problem in scenarios:
         rows[name] = Row(name, problem, results[(name, "plain")], results[(name, "ours")])
     _print_table(list(rows.values()), out)
