@@ -19,6 +19,7 @@ from urllib3.util import Timeout
 
 import watchdog_sync as ws
 from watchdog_sync._http import Session, clip_timeout
+from watchdog_sync.testing import FaultGateway
 
 from .rawserver import RawServer, read_request_head
 
@@ -147,6 +148,33 @@ def test_a_streamed_body_read_after_the_request_is_still_bounded() -> None:
                 pass
         assert time.monotonic() - started < 1.0
         response.close()
+
+
+def test_a_server_blocked_writing_learns_at_once_that_the_client_left(
+    fault_gateway: FaultGateway,
+) -> None:
+    """A connection shut at the deadline is reset on close: a server stuck on a full window
+    is told at once, instead of probing an orphaned socket until the kernel drops it (60 s)."""
+    base = fault_gateway.base_url("huge_line", size=256 * 1024 * 1024, piece=1024 * 1024)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    budget = ws.Budget(0.3)
+    with Session(budget=budget) as s:
+        response = s.post(base + "/chat/completions", json=body, stream=True, timeout=(2, 2))
+        # Not reading lets the server fill both socket buffers; then the budget ends.
+        while not budget.ended:
+            time.sleep(0.01)
+        with pytest.raises(ws.DeadlineExceeded):
+            for _ in response.iter_content(1024 * 1024):
+                pass  # what was queued before the shutdown, then the end: the socket is drained
+        response.close()
+    closed_at = time.monotonic()
+    while time.monotonic() - closed_at < 2.0:
+        (seen,) = fault_gateway.requests_seen(base)
+        if seen.ended_at is not None:
+            break
+        time.sleep(0.01)
+    assert seen.client_disconnected
+    assert seen.ended_at is not None and seen.ended_at - closed_at < 0.5
 
 
 def test_tls_slow_drip_is_shut_at_the_deadline() -> None:

@@ -24,6 +24,7 @@ import contextvars
 import ipaddress
 import math
 import socket
+import struct
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -40,6 +41,7 @@ from ._scope import boundary, joined_budget
 __all__ = ["Session"]
 
 _GUARD_ATTR = "_watchdog_sync_guard"
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
 class _ConnectionGuard:
@@ -112,12 +114,20 @@ class _ConnectionGuard:
 
 
 def _shutdown(sock: Any) -> None:
-    """Shut a (plain or TLS) socket down so a blocked read in another thread wakes."""
+    """Shut a (plain or TLS) socket down so a blocked read in another thread wakes.
+
+    The connection is abandoned: its close() will also reset it (SO_LINGER 0), so a server
+    blocked writing into a full window learns at once that nobody reads. A graceful close
+    after the reader drained the socket leaves the server probing a zero window until the
+    kernel drops the orphan (``tcp_fin_timeout``, 60 s).
+    """
     if sock is None:
         return
     raw = sock if isinstance(sock, socket.socket) else getattr(sock, "socket", None)
     if not isinstance(raw, socket.socket):
         return
+    with contextlib.suppress(OSError):
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
     with contextlib.suppress(OSError):
         # The base method, so an SSLSocket is shut at the TCP level without TLS state changes.
         socket.socket.shutdown(raw, socket.SHUT_RDWR)
