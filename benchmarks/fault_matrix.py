@@ -38,6 +38,9 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import requests
+import sseclient
+
 from watchdog_sync import ChatClient, WatchdogError
 from watchdog_sync.testing import FaultGateway
 
@@ -54,7 +57,7 @@ MODEL = "bench-model"
 API_KEY = "sk-bench-0000"
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 
-# (scenario, expected outcome): the rows of shared/peers-fault-matrix.md, default options.
+# (scenario, expected outcome), default options: the rows of the first survey of the peers.
 SCENARIOS: Sequence[Tuple[str, str]] = (
     ("ok", "success"),
     ("silent_after_200", "deadline_error"),
@@ -74,7 +77,7 @@ SCENARIOS: Sequence[Tuple[str, str]] = (
     ("huge_line", "bounded_error"),
 )
 EXPECTED: Dict[str, str] = dict(SCENARIOS)
-PEER_MODULES = ("openai", "httpx", "httpx_sse", "tenacity", "stamina", "sseclient", "requests")
+PEER_MODULES = ("openai", "httpx", "httpx_sse", "tenacity", "stamina")
 
 
 # -- what a client got back ------------------------------------------------------------
@@ -124,9 +127,6 @@ def chat_client(base_url: str) -> Call:
 
 def _requests_sse_once(base_url: str) -> Answer:
     """One attempt with requests + sseclient-py: read timeout I (no total: requests has none)."""
-    import requests
-    import sseclient
-
     response = requests.post(
         base_url + "/chat/completions",
         json={"model": MODEL, "messages": MESSAGES, "stream": True},
@@ -185,11 +185,12 @@ def _openai(base_url: str, **settings: Any) -> Call:
     import openai
 
     client = openai.OpenAI(base_url=base_url, api_key=API_KEY, **settings)
+    completions = client.chat.completions  # loads the SDK's lazy modules before the clock starts
 
     def call() -> Answer:
         answer = Answer()
         with client:
-            stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+            stream = completions.create(model=MODEL, messages=MESSAGES, stream=True)
             with stream:
                 for chunk in stream:
                     if chunk.choices:
@@ -203,7 +204,7 @@ def _openai(base_url: str, **settings: Any) -> Call:
 
 
 def openai_sdk(base_url: str) -> Call:
-    """The OpenAI SDK, timeouts tuned (total D for connect/write/pool, read I), its retries."""
+    """The OpenAI SDK, timeouts tuned (read I; connect, write and pool D), its own retries."""
     import httpx
 
     return _openai(base_url, timeout=httpx.Timeout(DEADLINE, read=IDLE, connect=DEADLINE))
@@ -391,7 +392,7 @@ def _child(client: str, base_url: str) -> None:
 
 
 def judge(run: Run) -> Tuple[bool, str]:
-    """PASS or FAIL under the peers table's rules, and the table cell saying so."""
+    """PASS or FAIL under the survey's rules (see the module docstring), and the table cell."""
     if run.outcome == "hang":
         return False, f"HANG >{KILL_AFTER:.0f}s"
     expected = EXPECTED[run.scenario]
