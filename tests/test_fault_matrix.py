@@ -47,6 +47,9 @@ def test_the_matrix_has_the_peers_tables_rows_and_columns() -> None:
         "no_headers", "reset_mid_stream", "silent_then_ok", "reset_then_ok", "http500_then_ok",
         "http429_then_ok", "http401", "http400", "no_finish_reason", "malformed_json", "huge_line",
     ]  # fmt: skip
+    assert [name for name, _ in matrix.MORE_SCENARIOS] == [
+        "reset_before_headers", "http429", "http503", "invalid_utf8", "oversized_event",
+    ]  # fmt: skip
     assert list(matrix.CLIENTS) == [
         "ChatClient", "requests_sseclient", "openai_sdk", "openai_sdk_defaults", "httpx_sse",
         "tenacity_requests", "stamina_requests",
@@ -81,3 +84,18 @@ def test_without_the_bench_extra_it_says_what_to_install(
     monkeypatch.setattr(matrix, "PEER_MODULES", ("no_such_peer_module",))
     assert matrix.main(["--scenarios", "ok"]) == 2
     assert 'pip install -e ".[bench]"' in capsys.readouterr().err
+
+
+def test_the_table_counts_the_surveys_rows_apart_from_the_others() -> None:
+    rows = ["ok", "http401", "invalid_utf8"]
+    runs = {
+        (row, client): matrix.Run(row, client, "error", 0.5, 1, error="E")
+        for row in rows
+        for client in ("ChatClient", "other")
+    }
+    lines = matrix.table(runs, rows, ["ChatClient", "other"]).splitlines()
+    assert lines[2] == "| ok (success) | FAIL 0.50s, 1 req: error E | FAIL 0.50s, 1 req: error E |"
+    assert lines[-2:] == [
+        "| **PASS count, the survey's rows** | 1/2 | 1/2 |",
+        "| **PASS count, all rows** | 2/3 | 2/3 |",
+    ]
