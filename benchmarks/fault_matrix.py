@@ -345,7 +345,7 @@ def _pump(stream: IO[bytes], lines: queue.Queue[Optional[bytes]]) -> None:
 def _follow(
     process: subprocess.Popen[bytes], lines: queue.Queue[Optional[bytes]]
 ) -> Optional[Dict[str, Any]]:
-    """The child's result (killing it at ``KILL_AFTER``), or None if it died without one."""
+    """The child's result, a hang after ``KILL_AFTER`` (the caller kills it), None if it died."""
     try:
         first = lines.get(timeout=STARTUP_LIMIT)
     except queue.Empty:
