@@ -212,6 +212,32 @@ def test_reference_corner_cases(body: bytes, expected: Tuple[List[Parsed], bool]
     assert framed_parse([body[i : i + 1] for i in range(len(body))]) == expected
 
 
+def _normalized(body: bytes) -> bytes:
+    body = body[len(_BOM) :] if body.startswith(_BOM) else body
+    return body.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(one_byte_or_random_split(), st.integers(64, 200))
+def test_a_small_limit_stops_the_stream_only_after_every_event_before_the_large_one(
+    case: Tuple[bytes, List[bytes]], limit: int
+) -> None:
+    """Whatever the chunking: the events before the first too-large one, then event_too_large."""
+    body, pieces = case
+    blocks = _normalized(body).split(b"\n\n")  # how the framer cuts events (each + b"\n\n")
+    sizes = [len(b) + 2 for b in blocks[:-1]] + [len(blocks[-1])]
+    first_large = next((i for i, size in enumerate(sizes) if size > limit), None)
+    got: List[Parsed] = []
+    if first_large is None:
+        assert framed_parse(pieces, limit)[0] == reference_parse(body)[0]
+        return
+    with pytest.raises(ws.StreamProtocolError) as info:
+        framed_parse(pieces, limit, into=got)
+    assert info.value.reason == "event_too_large"
+    before = b"".join(b + b"\n\n" for b in blocks[:first_large])
+    assert got == reference_parse(before)[0]
+
+
 # -- 2. end to end through stream_sse over real sockets ---------------------------------
 
 

@@ -299,6 +299,7 @@ def _chunks(
     fp = _raw_fp(response)
     read1 = fp.read1
     feed = framer.feed
+    check = framer.check
     while True:
         try:
             chunk = read1(_READ_SIZE)
@@ -308,5 +309,6 @@ def _chunks(
         if not chunk:
             break
         yield from feed(chunk)
+        check()  # a too-large event after the ones just delivered
     abort.check()  # an EOF caused by our own shutdown is not a clean end
     stream.truncated = framer.truncated()
