@@ -210,6 +210,23 @@ def test_a_huge_line_fails_with_bounded_memory() -> None:
     assert peak < limit * 3 + 512 * 1024
 
 
+def test_events_sent_with_a_too_large_one_are_delivered_before_the_error() -> None:
+    """Regression: events sharing a read with the too-large event were lost."""
+
+    def burst(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0) + event(1) + b"data: " + b"z" * 200 + b"\n\n")
+        end_body(conn)
+
+    got = []
+    with RawServer(burst) as server, pytest.raises(ws.StreamProtocolError) as info:
+        for e in stream_sse(server.url, idle_timeout=2, max_event_bytes=128):
+            got.append(json.loads(e.data)["n"])
+    assert info.value.reason == "event_too_large"
+    assert got == [0, 1]
+
+
 def test_invalid_utf8_is_a_malformed_event() -> None:
     def bad(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)

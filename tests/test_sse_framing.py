@@ -98,3 +98,25 @@ def test_a_piece_without_a_blank_line_is_held_back_even_on_the_fast_path() -> No
     assert framer.feed(b"data: a\n\n") == [b"data: a\n\n"]
     assert framer.feed(b"d") == []
     assert framer.feed(b"ata: b\n\n") == [b"data: b\n\n"]
+
+
+@pytest.mark.parametrize(
+    "large",
+    [b"data: " + b"x" * 100, b"data: " + b"x" * 100 + b"\n\n"],
+    ids=["unfinished", "complete"],
+)
+def test_events_before_a_too_large_one_in_the_same_read_come_first(large: bytes) -> None:
+    """Regression (found by fuzzing): they were lost when one read also held the large event."""
+    framer = EventFramer(64)
+    assert framer.feed(b"data: a\n\ndata: b\n\n" + large) == [b"data: a\n\n", b"data: b\n\n"]
+    with pytest.raises(StreamProtocolError) as info:
+        framer.check()
+    assert info.value.reason == "event_too_large"
+    with pytest.raises(StreamProtocolError):
+        framer.feed(b"data: c\n\n")  # nothing more after the error
+
+
+def test_check_is_silent_while_nothing_went_wrong() -> None:
+    framer = EventFramer(64)
+    framer.feed(b"data: a\n\n")
+    framer.check()

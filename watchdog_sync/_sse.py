@@ -307,6 +307,7 @@ def _chunks(
     """Complete events as they arrive; raise TransportError on a broken connection."""
     pieces = body_pieces(_http_response(response))
     feed = framer.feed
+    check = framer.check
     while True:
         try:
             piece = next(pieces, None)
@@ -316,6 +317,7 @@ def _chunks(
         if piece is None:
             break
         yield from feed(piece)
+        check()  # a too-large event after the ones just delivered
     abort.check()  # an EOF caused by our own shutdown is not a clean end
     stream = stream_ref()
     if stream is not None:

@@ -7,11 +7,15 @@ it splits the raw byte stream into complete events (each ending in a blank
 line, line endings normalised to ``\\n``), refuses any event larger than
 ``max_event_bytes`` before buffering more, strips a leading UTF-8 BOM, and at
 EOF reports a truncated last event instead of passing it on.
+
+Whatever the read boundaries, the events completed before a too-large one are
+delivered first: when they share a read with it, :meth:`EventFramer.feed`
+returns them and :meth:`EventFramer.check` raises the error right after.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from ._errors import StreamProtocolError
 
@@ -23,7 +27,7 @@ _BOM = b"\xef\xbb\xbf"
 class EventFramer:
     """Incremental splitter of an SSE byte stream into complete, bounded events."""
 
-    __slots__ = ("_at_start", "_buffer", "_max", "_skip_lf")
+    __slots__ = ("_at_start", "_buffer", "_failure", "_max", "_skip_lf")
 
     def __init__(self, max_event_bytes: int) -> None:
         if isinstance(max_event_bytes, bool) or not isinstance(max_event_bytes, int):
@@ -34,14 +38,20 @@ class EventFramer:
         self._buffer = bytearray()
         self._skip_lf = False
         self._at_start = True
+        self._failure: Optional[StreamProtocolError] = None
 
     def feed(self, chunk: bytes) -> List[bytes]:
         """Add raw bytes; return the events they complete (each ends with ``b"\\n\\n"``).
 
+        Call :meth:`check` after handing on the events returned.
+
         Raises:
-            StreamProtocolError: ``reason='event_too_large'`` when an unfinished
-                event grows past ``max_event_bytes``.
+            StreamProtocolError: ``reason='event_too_large'`` when an event grows
+                past ``max_event_bytes`` and no event completed before it in this
+                chunk (else those events are returned and :meth:`check` raises).
         """
+        if self._failure is not None:
+            raise self._failure
         if (
             not self._buffer
             and not self._skip_lf
@@ -77,23 +87,31 @@ class EventFramer:
             if end < 0:
                 break
             if end + 2 - start > self._max:
-                self._too_large()
+                return self._too_large(events)
             events.append(bytes(buffer[start : end + 2]))
             start = search_from = end + 2
         if start:
             del buffer[:start]
         if len(buffer) > self._max:
-            self._too_large()
+            return self._too_large(events)
         return events
 
-    def _too_large(self) -> None:
+    def check(self) -> None:
+        """Raise the error that :meth:`feed` held back to return the events before it."""
+        if self._failure is not None:
+            raise self._failure
+
+    def _too_large(self, events: List[bytes]) -> List[bytes]:
         self._buffer.clear()
-        raise StreamProtocolError(
+        self._failure = StreamProtocolError(
             f"an SSE event grew past max_event_bytes={self._max}; the stream was stopped "
             "to bound memory (raise max_event_bytes if the server really sends events "
             "this large)",
             reason="event_too_large",
         )
+        if not events:
+            raise self._failure
+        return events
 
     def truncated(self) -> bool:
         """At EOF: True when an unfinished event (not just blank lines) was left over."""

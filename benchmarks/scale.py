@@ -1,0 +1,435 @@
+"""Many concurrent guarded streams vs plain requests + sseclient-py, side by side.
+
+Usage: python benchmarks/scale.py [--streams 1,10,100,300] [--events 200] [--gap 0.005] [--rounds 3]
+
+A selector-based server in its own process (so it does not compete for the GIL)
+holds every connection and sends each stream ``--events`` small events,
+``--gap`` seconds apart, as a gateway sends tokens; each event carries the
+server's ``time.monotonic()`` at sending (both processes read the same
+CLOCK_MONOTONIC on Linux). For each N, a fresh client process opens N streams at
+once from a thread pool, once with ``stream_sse`` and once with plain
+``requests`` + sseclient-py, and reports total events/s, event latency (arrival
+minus send time: median, and each stream's p99), peak threads, and RSS. It
+checks that the guarded streams add at most one thread per stream plus the one
+shared watchdog thread. Loopback only; every run has a time limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import heapq
+import json
+import multiprocessing
+import resource
+import selectors
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+)
+_SERVER_SECONDS = 900.0  # the server process ends by itself after this
+_WORKER_SECONDS = 180.0  # one client process (one N, one implementation)
+_STREAM_IDLE = 30.0
+
+
+# -- the server (its own process) ------------------------------------------------
+
+
+class _Conn:
+    __slots__ = ("closed", "request", "sent", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.request = b""
+        self.sent = 0
+        self.closed = False
+
+
+def _request_complete(data: bytes) -> bool:
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value.strip())
+    return True
+
+
+def _event_chunk(index: int) -> bytes:
+    payload = b'data: {"t":%.6f,"i":%d,"choices":[{"delta":{"content":"tok"}}]}\n\n' % (
+        time.monotonic(),
+        index,
+    )
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _serve(listener: socket.socket, events: int, gap: float, stop_at: float) -> None:
+    """Accept, read each request, then send every stream its events on schedule."""
+    _raise_nofile(4096)
+    listener.setblocking(False)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, None)
+    due: List[Tuple[float, int, _Conn]] = []  # (send time, tie-breaker, connection)
+    order = 0
+    while time.monotonic() < stop_at:
+        wait = max(0.0, due[0][0] - time.monotonic()) if due else 0.5
+        for key, _ in selector.select(min(wait, 0.5)):
+            if key.data is None:
+                while True:
+                    try:
+                        sock, _ = listener.accept()
+                    except BlockingIOError:
+                        break
+                    sock.setblocking(False)
+                    selector.register(sock, selectors.EVENT_READ, _Conn(sock))
+                continue
+            conn: _Conn = key.data
+            try:
+                piece = conn.sock.recv(65536)
+            except OSError:
+                piece = b""
+            conn.request += piece
+            if piece and not _request_complete(conn.request):
+                continue
+            selector.unregister(conn.sock)
+            if not piece:
+                conn.sock.close()
+                continue
+            conn.sock.settimeout(2.0)  # small writes into an empty socket buffer: never waits
+            try:
+                conn.sock.sendall(_HEAD)
+            except OSError:
+                conn.sock.close()
+                continue
+            order += 1
+            heapq.heappush(due, (time.monotonic(), order, conn))
+        now = time.monotonic()
+        while due and due[0][0] <= now + 0.0002:
+            when, tie, conn = heapq.heappop(due)
+            try:
+                conn.sock.sendall(_event_chunk(conn.sent))
+                conn.sent += 1
+                if conn.sent == events:
+                    conn.sock.sendall(b"0\r\n\r\n")
+                    conn.sock.close()
+                    continue
+            except OSError:
+                conn.sock.close()
+                continue
+            heapq.heappush(due, (when + gap, tie, conn))  # a fixed rate, as tokens come
+
+
+# -- a client process: one implementation, N streams ------------------------------
+
+
+def _rss_kib(field: str = "VmRSS") -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _raise_nofile(wanted: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        limit = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+
+def _send_time(data: str) -> float:
+    return float(data[5 : data.index(",")])  # data is '{"t":<seconds>,"i":...'
+
+
+def _plain(url: str) -> List[float]:
+    import requests
+    import sseclient
+
+    lags: List[float] = []
+    with requests.post(url, json={}, stream=True, timeout=(10, _STREAM_IDLE)) as response:
+        for event in sseclient.SSEClient(response).events():
+            lags.append(time.monotonic() - _send_time(event.data))
+    return lags
+
+
+def _guarded(url: str) -> List[float]:
+    """Under a deadline, as a chat call runs: the shared watchdog thread serves every stream."""
+    from watchdog_sync import deadline
+    from watchdog_sync._sse import stream_sse
+
+    lags: List[float] = []
+    with deadline(_WORKER_SECONDS):
+        for event in stream_sse(url, json={}, idle_timeout=_STREAM_IDLE):
+            lags.append(time.monotonic() - _send_time(event.data))
+    return lags
+
+
+class _Monitor:
+    """Samples threads and RSS every few milliseconds while the load runs."""
+
+    def __init__(self, baseline_threads: int) -> None:
+        from watchdog_sync._stream import READER_THREAD_NAME
+        from watchdog_sync._watchdog import THREAD_NAME
+
+        self._reader_name = READER_THREAD_NAME
+        self._watchdog_name = THREAD_NAME
+        self._baseline = baseline_threads
+        self._stop = threading.Event()
+        self.peak_threads = 0
+        self.peak_extra = 0  # threads beyond the pool's and the baseline's
+        self.peak_readers = 0
+        self.peak_watchdogs = 0
+        self.peak_rss_kib = 0
+        self.foreign: List[str] = []
+        self._thread = threading.Thread(target=self._run, name="bench-monitor", daemon=True)
+
+    def __enter__(self) -> _Monitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(0.005):
+                return
+
+    def sample(self) -> None:
+        threads = threading.enumerate()
+        names = [t.name for t in threads]
+        pool = sum(1 for n in names if n.startswith("ThreadPoolExecutor"))
+        readers = names.count(self._reader_name)
+        watchdogs = names.count(self._watchdog_name)
+        self.foreign.extend(
+            n
+            for n in names
+            if n.startswith("watchdog_sync") and n not in (self._reader_name, self._watchdog_name)
+        )
+        self.peak_threads = max(self.peak_threads, len(threads))
+        self.peak_extra = max(self.peak_extra, len(threads) - pool - self._baseline)
+        self.peak_readers = max(self.peak_readers, readers)
+        self.peak_watchdogs = max(self.peak_watchdogs, watchdogs)
+        self.peak_rss_kib = max(self.peak_rss_kib, _rss_kib())
+
+
+class _Live:
+    """How many streams are open at once (the pool's threads all start before the clock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+
+    def run(self, fn: Callable[[str], List[float]], url: str) -> List[float]:
+        with self._lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            return fn(url)
+        finally:
+            with self._lock:
+                self.now -= 1
+
+
+def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
+    _raise_nofile(streams * 2 + 256)
+    fn: Callable[[str], List[float]] = _guarded if impl == "guarded" else _plain
+    import requests  # noqa: F401  (imports before the baseline, for both implementations)
+    import sseclient  # noqa: F401
+
+    import watchdog_sync._sse  # noqa: F401
+
+    live = _Live()
+    start = threading.Barrier(streams + 1)
+
+    def task() -> List[float]:
+        start.wait(60)
+        return live.run(fn, url)
+
+    rss_before = _rss_kib()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=streams) as pool:
+        futures = [pool.submit(task) for _ in range(streams)]  # every pool thread now exists
+        with _Monitor(threading.active_count() - streams + 1) as monitor:
+            start.wait(60)
+            started = time.perf_counter()
+            cpu_before = _cpu_seconds()
+            results: List[List[float]] = []
+            errors: List[str] = []
+            for future in futures:
+                try:
+                    results.append(future.result(timeout=_WORKER_SECONDS))
+                except Exception as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+            elapsed = time.perf_counter() - started
+            cpu = _cpu_seconds() - cpu_before
+    all_lags = sorted(lag for lags in results for lag in lags)
+    stream_p99 = sorted(_percentile(sorted(lags), 0.99) for lags in results if lags)
+    return {
+        "events": len(all_lags),
+        "errors": errors,
+        "elapsed": elapsed,
+        "rate": len(all_lags) / elapsed,
+        "cpu_us_per_event": cpu / max(1, len(all_lags)) * 1e6,
+        "p50": _percentile(all_lags, 0.5),
+        "stream_p99_median": _percentile(stream_p99, 0.5),
+        "stream_p99_worst": stream_p99[-1] if stream_p99 else float("nan"),
+        "peak_live": live.peak,
+        "peak_threads": monitor.peak_threads,
+        "peak_extra": monitor.peak_extra,
+        "peak_readers": monitor.peak_readers,
+        "peak_watchdogs": monitor.peak_watchdogs,
+        "foreign": sorted(set(monitor.foreign)),
+        "rss_before_mib": rss_before / 1024,
+        "rss_peak_mib": max(monitor.peak_rss_kib, _rss_kib("VmHWM")) / 1024,
+    }
+
+
+def _percentile(ordered: List[float], fraction: float) -> float:
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+# -- the driver --------------------------------------------------------------------
+
+
+def _run_worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", impl, str(streams), url],
+        capture_output=True,
+        text=True,
+        timeout=_WORKER_SECONDS + 30,
+        check=False,
+    )
+    if done.returncode != 0 or not done.stdout.strip():
+        raise RuntimeError(f"{impl} N={streams} failed:\n{done.stderr[-2000:]}")
+    result: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _median(runs: List[Dict[str, Any]], key: str) -> float:
+    return float(statistics.median(run[key] for run in runs))
+
+
+def _row(streams: int, impl: str, runs: List[Dict[str, Any]]) -> str:
+    return (
+        f"| {streams} | {impl} | {_median(runs, 'rate'):,.0f} "
+        f"| {_median(runs, 'cpu_us_per_event'):.0f} | {_median(runs, 'p50') * 1000:.2f} "
+        f"| {_median(runs, 'stream_p99_median') * 1000:.2f} / "
+        f"{_median(runs, 'stream_p99_worst') * 1000:.2f} "
+        f"| {min(r['peak_live'] for r in runs)} | {max(r['peak_threads'] for r in runs)} "
+        f"| {_median(runs, 'rss_peak_mib'):.1f} "
+        f"(+{_median(runs, 'rss_peak_mib') - _median(runs, 'rss_before_mib'):.1f}) |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--streams", default="1,10,100,300")
+    parser.add_argument("--events", type=int, default=200)
+    parser.add_argument("--gap", type=float, default=0.005)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--worker", nargs=3, metavar=("IMPL", "N", "URL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        impl, streams, url = args.worker
+        print(json.dumps(_worker(impl, int(streams), url)))
+        return
+    counts = [int(n) for n in args.streams.split(",")]
+    _raise_nofile(max(counts) * 2 + 256)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(max(1024, max(counts) * 2))
+    port = listener.getsockname()[1]
+    server = multiprocessing.get_context("fork").Process(
+        target=_serve,
+        args=(listener, args.events, args.gap, time.monotonic() + _SERVER_SECONDS),
+        daemon=True,
+    )
+    server.start()
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    ideal = 1 / args.gap
+    print(
+        f"{args.events} events per stream, {args.gap * 1000:g} ms apart (ideal {ideal:,.0f} "
+        f"events/s per stream); median of {args.rounds} rounds, each run in a fresh process"
+    )
+    rows: List[str] = []
+    ratios: List[str] = []
+    checks: List[str] = []
+    failed = False
+    try:
+        for streams in counts:
+            runs: Dict[str, List[Dict[str, Any]]] = {"plain": [], "guarded": []}
+            for round_ in range(args.rounds):
+                order = ("plain", "guarded") if round_ % 2 == 0 else ("guarded", "plain")
+                for impl in order:
+                    result = _run_worker(impl, streams, url)
+                    if result["errors"] or result["events"] != streams * args.events:
+                        raise RuntimeError(f"{impl} N={streams}: {result['errors'][:3]}")
+                    runs[impl].append(result)
+            plain, guarded = runs["plain"], runs["guarded"]
+            rows.append(_row(streams, "requests + sseclient-py", plain))
+            rows.append(_row(streams, "stream_sse", guarded))
+            extra = max(r["peak_extra"] for r in guarded) - max(r["peak_extra"] for r in plain)
+            readers = max(r["peak_readers"] for r in guarded)
+            watchdogs = max(r["peak_watchdogs"] for r in guarded)
+            foreign = sorted({n for r in guarded for n in r["foreign"]})
+            ok = extra <= streams + 1 and readers <= streams and watchdogs <= 1 and not foreign
+            failed = failed or not ok
+            checks.append(
+                f"N={streams}: extra threads {extra} (limit {streams + 1}), reader threads "
+                f"{readers}, watchdog threads {watchdogs}"
+                + (f", unexpected {foreign}" if foreign else "")
+                + (": OK" if ok else ": FAILED")
+            )
+            ratios.append(
+                f"| {streams} | {_median(guarded, 'rate') / _median(plain, 'rate'):.2f} "
+                f"| {_median(guarded, 'cpu_us_per_event') / _median(plain, 'cpu_us_per_event'):.2f} "
+                f"| {_median(guarded, 'stream_p99_median') / _median(plain, 'stream_p99_median'):.2f} "
+                f"| +{max(r['peak_threads'] for r in guarded) - max(r['peak_threads'] for r in plain)} "
+                f"| {_median(guarded, 'rss_peak_mib') / _median(plain, 'rss_peak_mib'):.2f} |"
+            )
+    finally:
+        server.terminate()
+        server.join(5)
+        listener.close()
+    print()
+    print(
+        "| N | client | events/s | CPU µs/event | latency p50 (ms) | per-stream p99 (ms): median / worst "
+        "| streams open at once | peak threads | RSS peak MiB (+ during load) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+    print()
+    print(
+        "| N | events/s ratio | CPU/event ratio | per-stream p99 ratio | threads added | RSS ratio |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n".join(ratios))
+    print()
+    print("Threads added by the watchdog (at most one per live stream + the shared watchdog):")
+    print("\n".join(checks))
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

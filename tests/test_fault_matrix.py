@@ -1,0 +1,101 @@
+"""The fault matrix benchmark still runs: its ChatClient column, in process, on fast rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+from types import ModuleType
+from typing import Any, Dict
+
+import pytest
+
+from watchdog_sync.testing import FaultGateway
+
+pytestmark = pytest.mark.timeout(30)
+
+_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "fault_matrix.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fault_matrix", _SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+matrix = _load()
+
+
+@pytest.mark.parametrize("scenario", ["ok", "http401", "no_finish_reason", "reset_mid_stream"])
+def test_chat_client_passes_its_row(scenario: str) -> None:
+    with FaultGateway() as gateway:
+        run = matrix.run_in_process(scenario, "ChatClient", gateway)
+    passed, cell = matrix.judge(run)
+    assert passed, cell
+    assert cell.startswith("PASS ") and run.requests == 1
+
+
+def test_the_matrix_has_the_peers_tables_rows_and_columns() -> None:
+    assert [name for name, _ in matrix.SCENARIOS] == [
+        "ok", "silent_after_200", "stall_after_chunks", "slow_drip", "keepalive_only",
+        "no_headers", "reset_mid_stream", "silent_then_ok", "reset_then_ok", "http500_then_ok",
+        "http429_then_ok", "http401", "http400", "no_finish_reason", "malformed_json", "huge_line",
+    ]  # fmt: skip
+    assert [name for name, _ in matrix.MORE_SCENARIOS] == [
+        "reset_before_headers", "http429", "http503", "invalid_utf8", "oversized_event",
+    ]  # fmt: skip
+    assert list(matrix.CLIENTS) == [
+        "ChatClient", "requests_sseclient", "openai_sdk", "openai_sdk_defaults", "httpx_sse",
+        "tenacity_requests", "stamina_requests",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "cell"),
+    [
+        ({"outcome": "hang", "elapsed": 10.0}, "HANG >10s"),
+        ({"elapsed": 4.51}, "FAIL 4.51s, 1 req: overshoot +0.5s"),
+        ({"requests": 3, "elapsed": 1.5}, "FAIL 1.50s, 3 req: retried (3 requests); slow (1.5s)"),
+        ({"outcome": "returned", "chunks": 5}, "FAIL 0.02s, 1 req: silent truncation"),
+    ],
+)
+def test_a_failure_says_why_as_the_peers_table_does(changes: Dict[str, Any], cell: str) -> None:
+    fields = {"scenario": "http401", "client": "x", "outcome": "error", "elapsed": 0.02}
+    run = matrix.Run(**{"requests": 1, **fields, **changes})
+    passed, text = matrix.judge(run)
+    assert not passed
+    assert text.startswith(cell)
+
+
+def test_a_huge_line_read_whole_fails_on_memory() -> None:
+    run = matrix.Run("huge_line", "x", "error", 1.49, 1, error="E", rss_growth_mib=65.0)
+    assert matrix.judge(run) == (False, "FAIL 1.49s, 1 req: RSS +65MiB")
+
+
+def test_without_the_bench_extra_it_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(matrix, "PEER_MODULES", ("no_such_peer_module",))
+    assert matrix.main(["--scenarios", "ok"]) == 2
+    assert 'pip install -e ".[bench]"' in capsys.readouterr().err
+
+
+def test_the_table_counts_the_surveys_rows_apart_from_the_others() -> None:
+    rows = ["ok", "http401", "invalid_utf8"]
+    runs = {
+        (row, client): matrix.Run(row, client, "error", 0.5, 1, error="E")
+        for row in rows
+        for client in ("ChatClient", "other")
+    }
+    lines = matrix.table(runs, rows, ["ChatClient", "other"]).splitlines()
+    assert lines[2] == "| ok (success) | FAIL 0.50s, 1 req: error E | FAIL 0.50s, 1 req: error E |"
+    assert lines[-2:] == [
+        "| **PASS count, the survey's rows** | 1/2 | 1/2 |",
+        "| **PASS count, all rows** | 2/3 | 2/3 |",
+    ]
