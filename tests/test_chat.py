@@ -538,7 +538,10 @@ def test_a_per_call_timeout_is_counted_from_the_call_and_shared_by_attempts(
     with pytest.raises(ws.DeadlineExceeded) as info:
         make_client(base, idle_timeout=0.2, retry=policy).stream(MESSAGES, timeout=0.7)
     assert time.monotonic() - started <= 0.8
-    assert info.value.attempts == len(fault_gateway.requests_seen(base)) >= 2
+    seen = len(fault_gateway.requests_seen(base))
+    # The last attempt may start just before the deadline and end before reaching the gateway.
+    assert info.value.attempts >= 2
+    assert seen in (info.value.attempts, info.value.attempts - 1)
 
 
 def test_cancelling_an_explicit_budget_raises_operation_cancelled(

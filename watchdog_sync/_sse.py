@@ -316,6 +316,7 @@ def _chunks(
             raise _transport_error(exc, ()) from exc
         if piece is None:
             break
+        abort.check()  # stopped from outside: do not parse what was already queued
         yield from feed(piece)
         check()  # a too-large event after the ones just delivered
     abort.check()  # an EOF caused by our own shutdown is not a clean end
