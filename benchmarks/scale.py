@@ -1,6 +1,6 @@
 """Many concurrent guarded streams vs plain requests + sseclient-py, side by side.
 
-Usage: python benchmarks/scale.py [--streams 1,10,100,300] [--events 200] [--gap 0.005] [--rounds 3]
+Usage: python benchmarks/scale.py [--streams 1,10,100,300] [--events 200] [--gap 0.005] [--rounds 5]
 
 A selector-based server in its own process (so it does not compete for the GIL)
 holds every connection and sends each stream ``--events`` small events,
@@ -334,7 +334,7 @@ def _row(streams: int, impl: str, runs: List[Dict[str, Any]]) -> str:
         f"| {_median(runs, 'cpu_us_per_event'):.0f} | {_median(runs, 'p50') * 1000:.2f} "
         f"| {_median(runs, 'stream_p99_median') * 1000:.2f} / "
         f"{_median(runs, 'stream_p99_worst') * 1000:.2f} "
-        f"| {min(r['peak_live'] for r in runs)} | {max(r['peak_threads'] for r in runs)} "
+        f"| {_median(runs, 'peak_live'):.0f} | {max(r['peak_threads'] for r in runs)} "
         f"| {_median(runs, 'rss_peak_mib'):.1f} "
         f"(+{_median(runs, 'rss_peak_mib') - _median(runs, 'rss_before_mib'):.1f}) |"
     )
@@ -345,7 +345,7 @@ def main() -> None:
     parser.add_argument("--streams", default="1,10,100,300")
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--gap", type=float, default=0.005)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--worker", nargs=3, metavar=("IMPL", "N", "URL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -369,7 +369,8 @@ def main() -> None:
     ideal = 1 / args.gap
     print(
         f"{args.events} events per stream, {args.gap * 1000:g} ms apart (ideal {ideal:,.0f} "
-        f"events/s per stream); median of {args.rounds} rounds, each run in a fresh process"
+        f"events/s per stream); median of {args.rounds} rounds (peak threads: the highest), "
+        "each run in a fresh process"
     )
     rows: List[str] = []
     ratios: List[str] = []
