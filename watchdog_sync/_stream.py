@@ -402,8 +402,15 @@ class _Channel(Generic[T]):
         self._unblock()
 
     def close(self, *, join: bool) -> None:
-        """End the stream (``'closed'``, or ``'completed'`` if everything was delivered)."""
+        """End the stream (``'closed'``, or ``'completed'`` if everything was delivered).
+
+        With ``join``, wait (bounded) for the reader to exit, unless the stream had
+        already ended by a timeout, the budget or an error with the source unblocked
+        from outside: that reader is on its way out, and the caller, who is raising
+        the error, must not queue behind it for the GIL.
+        """
         with self._lock:
+            join = join and not (self._ended_by is not None and self._unblocked)
             everything_delivered = (
                 self._reader_done
                 and self._reader_completed
