@@ -549,14 +549,10 @@ def test_cancelling_an_explicit_budget_raises_operation_cancelled(
 ) -> None:
     base = fault_gateway.base_url("silent_after_200")
     budget = ws.Budget()
-    timer = threading.Timer(0.3, budget.cancel)
     started = time.monotonic()
-    timer.start()
-    try:
-        with pytest.raises(ws.OperationCancelled) as info:
-            make_client(base, idle_timeout=5).stream(MESSAGES, budget=budget)
-    finally:
-        timer.join()
+    ws.Budget(0.3).on_done(lambda _: budget.cancel())  # on the shared watchdog thread
+    with pytest.raises(ws.OperationCancelled) as info:
+        make_client(base, idle_timeout=5).stream(MESSAGES, budget=budget)
     assert time.monotonic() - started < 0.6
     assert info.value.request_id is not None
 
@@ -588,13 +584,9 @@ def test_close_from_another_thread_ends_a_waiting_consumer_quietly(
 ) -> None:
     base = fault_gateway.base_url("stall_after_chunks")
     stream = make_client(base, idle_timeout=5).stream(MESSAGES)
-    timer = threading.Timer(0.3, stream.close)
     started = time.monotonic()
-    timer.start()
-    try:
-        chunks = list(stream)  # the two chunks, then StopIteration when closed
-    finally:
-        timer.join()
+    ws.Budget(0.3).on_done(lambda _: stream.close())  # from the shared watchdog thread
+    chunks = list(stream)  # the two chunks, then StopIteration when closed
     assert len(chunks) == 2
     assert 0.3 <= time.monotonic() - started < 0.6
     assert stream.stats.ended_by == "closed"

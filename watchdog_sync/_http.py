@@ -26,7 +26,7 @@ import math
 import socket
 import struct
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import requests
 import requests.adapters
@@ -252,9 +252,6 @@ class _GuardedAdapter(requests.adapters.HTTPAdapter):
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         manager.pool_classes_by_scheme = dict(_POOL_CLASSES)
         return manager
-
-
-TimeoutArg = Union[None, float, Tuple[Optional[float], Optional[float]], Timeout]
 
 
 def clip_timeout(timeout: Any, remaining: float) -> Any:
