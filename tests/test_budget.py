@@ -152,6 +152,48 @@ def test_cancel_from_another_thread_wakes_a_sleeper_within_50ms() -> None:
     assert woke[0] - cancelled_at < 0.05
 
 
+def test_children_made_while_the_parent_is_cancelled_all_end_cancelled() -> None:
+    parent = Budget(60)
+    children: list[Budget] = []
+    lock = threading.Lock()
+    start = threading.Barrier(5)
+
+    def make_children() -> None:
+        start.wait(5)
+        for _ in range(2000):
+            child = parent.child().child()
+            with lock:
+                children.append(child)
+
+    makers = [threading.Thread(target=make_children) for _ in range(4)]
+    for thread in makers:
+        thread.start()
+    start.wait(5)
+    parent.cancel("stop")
+    for thread in makers:
+        thread.join(10)
+    assert len(children) == 8000
+    assert all(child.cancelled and child.remaining() == 0.0 for child in children)
+    assert {child.end_cause() for child in children} == {(parent, "stop")}
+
+
+def test_a_fake_clock_callback_may_use_its_own_budget() -> None:
+    clock = FakeClock()
+    budget = Budget(5, clock=clock)
+    seen: list[object] = []
+
+    def callback(ended: Budget) -> None:  # runs inside advance(), on this thread
+        ended.cancel()
+        seen.append((ended.expired, ended.child().remaining()))
+
+    late = threading.Event()
+    budget.on_done(callback)
+    budget.on_done(lambda ended: ended.on_done(lambda _: late.set()))  # already ended: soon
+    clock.advance(5)
+    assert seen == [(True, 0.0)]
+    assert late.wait(5)
+
+
 def test_on_done_runs_once_at_expiry_on_the_watchdog_thread() -> None:
     fired: list[str] = []
     done = threading.Event()

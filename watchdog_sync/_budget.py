@@ -20,7 +20,9 @@ from ._errors import Cancelled
 
 __all__ = ["Budget", "Clock"]
 
-_TREE_LOCK = threading.RLock()  # guards cancellation state and callback lists of every budget
+
+# What ending a budget leaves to do outside its lock: the callbacks and the expiry timer.
+_Ended = Optional[Tuple[List[Callable[["Budget"], None]], Optional[object]]]
 
 
 class Clock(Protocol):
@@ -54,6 +56,7 @@ class Budget:
         "_clock",
         "_deadline",
         "_done",
+        "_lock",
         "_parent",
         "_started",
         "_timer",
@@ -94,8 +97,12 @@ class Budget:
         self._wakeup = threading.Event()
         self._cancel_reason: Optional[str] = None
         self._cancel_origin: Optional[Budget] = None
+        # Each budget guards its own cancellation state, children and callbacks: a lock
+        # shared by every budget in the process became a convoy under many threads (a
+        # thread preempted while holding it stalled every other call, the watchdog's too).
+        self._lock = threading.Lock()
         if parent is not None:
-            with _TREE_LOCK:
+            with parent._lock:
                 parent._children.add(self)
                 if parent._cancel_origin is not None:
                     self._cancel_reason = parent._cancel_reason
@@ -192,20 +199,22 @@ class Budget:
         Waits in ``sleep()`` wake at once and raise :class:`Cancelled`;
         ``on_done`` callbacks run on the watchdog thread.
         """
-        with _TREE_LOCK:
+        with self._lock:
             if self._cancel_origin is not None:
                 return
             self._cancel_reason = reason
             self._cancel_origin = self
-            pending = [self]
-            while pending:
-                node = pending.pop()
-                if node is not self and node._cancel_origin is None:
+        pending = [self]
+        while pending:
+            node = pending.pop()
+            with node._lock:
+                if node._cancel_origin is None:
                     node._cancel_reason = reason
                     node._cancel_origin = self
                 node._wakeup.set()
-                node._fire_locked()
+                ended = node._end_locked()
                 pending.extend(node._children)
+            node._run_ended(ended)
 
     def on_done(self, callback: Callable[[Budget], None]) -> Callable[[], None]:
         """Run ``callback(budget)`` once, on the watchdog thread, when this budget ends.
@@ -213,7 +222,7 @@ class Budget:
         If it has already ended, the callback is scheduled at once. Returns a
         function that unregisters the callback (harmless after it ran).
         """
-        with _TREE_LOCK:
+        with self._lock:
             if self._done or self._cancel_origin is not None:
                 _watchdog.call_soon(lambda: callback(self))
                 return _noop
@@ -222,12 +231,14 @@ class Budget:
                 self._timer = self._schedule_expiry()
 
         def unregister() -> None:
-            with _TREE_LOCK:
+            with self._lock:
                 if callback in self._callbacks:
                     self._callbacks.remove(callback)
-                if not self._callbacks and self._timer is not None:
-                    self._timer.cancel()  # type: ignore[attr-defined]
-                    self._timer = None
+                timer = None
+                if not self._callbacks:
+                    timer, self._timer = self._timer, None
+            if timer is not None:
+                timer.cancel()  # type: ignore[attr-defined]
 
         return unregister
 
@@ -240,21 +251,31 @@ class Budget:
         return _watchdog.call_at(real_when, self._on_deadline)
 
     def _on_deadline(self) -> None:
-        with _TREE_LOCK:
+        ended: _Ended = None
+        with self._lock:
             self._timer = None
             if self.expired:
-                self._fire_locked()
+                ended = self._end_locked()
             elif self._callbacks and self._deadline is not None:
                 self._timer = self._schedule_expiry()  # fired early (clock skew): again
+        self._run_ended(ended)
 
-    def _fire_locked(self) -> None:
+    def _end_locked(self) -> _Ended:
+        """Mark the budget done (lock held); returns its callbacks and timer, for
+        :meth:`_run_ended` to handle once the lock is released, or None if already done."""
         if self._done:
-            return
+            return None
         self._done = True
         callbacks, self._callbacks = self._callbacks, []
-        if self._timer is not None:
-            self._timer.cancel()  # type: ignore[attr-defined]
-            self._timer = None
+        timer, self._timer = self._timer, None
+        return callbacks, timer
+
+    def _run_ended(self, ended: _Ended) -> None:
+        if ended is None:
+            return
+        callbacks, timer = ended
+        if timer is not None:
+            timer.cancel()  # type: ignore[attr-defined]
         for callback in callbacks:
             self._dispatch(callback)
 
