@@ -96,7 +96,10 @@ class Budget:
         self._done = False
         self._wakeup = threading.Event()
         self._cancel_reason: Optional[str] = None
-        self._cancel_origin: Optional[Budget] = None
+        # Who was cancelled: this budget or an ancestor, held weakly (a budget that named
+        # itself strongly would be a reference cycle, left to the cyclic GC; an ancestor is
+        # alive anyway, through ``_parent``).
+        self._cancel_origin: Optional[weakref.ref[Budget]] = None
         # Each budget guards its own cancellation state, children and callbacks: a lock
         # shared by every budget in the process became a convoy under many threads (a
         # thread preempted while holding it stalled every other call, the watchdog's too).
@@ -166,7 +169,7 @@ class Budget:
         node: Optional[Budget] = self
         now = self._clock()
         while node is not None:
-            if node._cancel_origin is node:
+            if node._cancel_origin is not None and node._cancel_origin() is node:
                 cause = (node, node._cancel_reason or "cancelled")
             elif (
                 node._deadline is not None and now >= node._deadline and node._cancel_origin is None
@@ -202,15 +205,16 @@ class Budget:
         with self._lock:
             if self._cancel_origin is not None:
                 return
+            origin = weakref.ref(self)
             self._cancel_reason = reason
-            self._cancel_origin = self
+            self._cancel_origin = origin
         pending = [self]
         while pending:
             node = pending.pop()
             with node._lock:
                 if node._cancel_origin is None:
                     node._cancel_reason = reason
-                    node._cancel_origin = self
+                    node._cancel_origin = origin
                 node._wakeup.set()
                 ended = node._end_locked()
                 pending.extend(node._children)

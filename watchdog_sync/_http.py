@@ -26,6 +26,7 @@ import math
 import socket
 import struct
 import threading
+import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import requests
@@ -103,7 +104,9 @@ class _ConnectionGuard:
             self._finish()
 
     def _finish(self) -> None:
-        self._unregister()
+        # Dropped once used: it refers to ``self._fire``, and through it to this guard.
+        unregister, self._unregister = self._unregister, _nothing
+        unregister()
         self._release()
 
     def _fire(self, budget: Budget) -> None:
@@ -111,6 +114,10 @@ class _ConnectionGuard:
             self.fired = True
             for sock in self._sockets.values():
                 _shutdown(sock)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _shutdown(sock: Any) -> None:
@@ -338,11 +345,16 @@ class Session(requests.Session):
 
 def _bound_body(response: requests.Response, guard: _ConnectionGuard) -> None:
     """Make errors in a streamed body say so when they come from the budget's end."""
-    plain_iter_content = response.iter_content
+    plain_iter_content = type(response).iter_content
+    # Weakly: the response keeps this function, which must not keep the response.
+    response_ref = weakref.ref(response)
 
     def iter_content(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        current = response_ref()
+        if current is None:  # only a caller holding the response can call this
+            return
         try:
-            yield from plain_iter_content(*args, **kwargs)
+            yield from plain_iter_content(current, *args, **kwargs)
         except requests.RequestException:
             if guard.fired:
                 _raise_budget_end(guard)

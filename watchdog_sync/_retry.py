@@ -323,6 +323,9 @@ class _Loop:
             raise _scope.error_for(
                 exc, attempts=self.attempts, last_error=self.last, stage=self.stage
             ) from None
+        finally:
+            # The last error's traceback holds this frame, and so this loop: a cycle.
+            self.last = None
 
     def _after_failure(self, error: Exception) -> None:
         """Back off if another attempt may help; otherwise raise what the caller gets."""

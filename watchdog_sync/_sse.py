@@ -253,14 +253,13 @@ def _check_response(response: requests.Response, secrets: Any) -> None:
     status = response.status_code
     if not 200 <= status < 300:
         body = _read_error_body(response)
-        error = HTTPStatusError(
+        raise HTTPStatusError(
             f"HTTP {status} {response.reason or ''}".rstrip()
             + f": {excerpt(body, 300, secrets) or '(empty body)'}",
             status=status,
             retry_after=parse_retry_after(response.headers),
             body=excerpt(body, 1000, secrets),
         )
-        raise error
     content_type = response.headers.get("Content-Type", "")
     if not content_type.lower().startswith("text/event-stream"):
         raise StreamProtocolError(
