@@ -1,6 +1,7 @@
 """Soak: thousands of ChatClient streams from many threads against a misbehaving gateway.
 
 Usage: python benchmarks/soak.py [--streams 2000] [--threads 50] [--seed 1] [--warmup 300]
+                                 [--pace llm|burst]
 
 A FaultGateway runs in a child process (so this process's threads, file descriptors and
 memory are the client's alone) with one route per call. A seeded, shuffled plan of calls,
@@ -11,7 +12,14 @@ Checked, and printed: every call ended with success or with the error its scenar
 documents (EXPECTED below); no call overran its timeout by more than ``--max-overrun``;
 threads and file descriptors are back at their baseline afterwards; resident memory grew
 by less than ``--max-rss-growth-mib`` after a warm-up batch; ``threading.excepthook`` never
-fired. Exits with status 1 if any check failed. Everything runs on 127.0.0.1, bounded in
+fired. Exits with status 1 if any check failed.
+
+The pace of the healthy (``ok``) streams: ``llm`` (the default) sends 20 chunks 50 ms apart,
+a one-second answer as gateways stream one; ``burst`` sends 5 chunks 20 ms apart, five times
+as many calls per second, which keeps this process's GIL busy all the time on 2 cores. Beside
+the calls, a probe thread sleeps 10 ms at a time and records how late it wakes: the
+scheduling delay any thread of this process sees at that load, the floor under the calls'
+overrun. The report gives it with the process's CPU use. Everything runs on 127.0.0.1, bounded in
 count and time, and stops by itself.
 
 The oversized event: ChatClient's cap on one event is the fixed 8 MiB of ``stream_sse``
@@ -60,12 +68,15 @@ HUGE_LINE_BYTES = 8 * MIB + 256 * 1024  # just past ChatClient's fixed 8 MiB eve
 GATEWAY_TEXT = "Hello from the watchdog_sync fault gateway."
 MESSAGES = [{"role": "user", "content": "soak"}]
 SETTLE_SECONDS = 2.0
+PROBE_SLEEP = 0.01  # the scheduling probe's sleep, seconds
+# The healthy streams' pace: (chunks, seconds between them)
+PACES: Dict[str, Tuple[int, float]] = {"llm": (20, 0.05), "burst": (5, 0.02)}
 _CHILD_FLAG = "--gateway-child"
 _CHILD_SECONDS = 30.0  # bound on each exchange with the gateway process
 
 # scenario -> (gateway scenario, its options, share of all calls)
 SCENARIOS: Dict[str, Tuple[str, Dict[str, Any], float]] = {
-    "ok": ("ok", {"chunks": 5, "interval": 0.02}, 0.0),  # the rest
+    "ok": ("ok", {}, 0.0),  # the rest; chunks and interval: PACES
     "silent_after_200": ("silent_after_200", {}, 1 / 36),
     "silent_then_ok": ("silent_then_ok", {}, 1 / 36),
     "stall_after_chunks": ("stall_after_chunks", {"chunks": 2}, 1 / 36),
@@ -271,6 +282,15 @@ def check(outcome: Outcome) -> bool:
     fault, _, final = EXPECTED[outcome.scenario]
     allowed = {fault, LATE_FIRST_CHUNK}
     return final(outcome) and all(reason in allowed for reason in outcome.failures)
+
+
+def gateway_route(name: str, pace: str) -> Tuple[str, Dict[str, Any]]:
+    """The gateway scenario and options of one call of ``name``."""
+    scenario, options, _ = SCENARIOS[name]
+    if name == "ok":
+        chunks, interval = PACES[pace]
+        options = {**options, "chunks": chunks, "interval": interval}
+    return scenario, options
 
 
 def make_plan(streams: int, seed: int) -> List[str]:
@@ -523,6 +543,35 @@ def _run_batch(
     return outcomes
 
 
+class SchedulingProbe:
+    """A thread that sleeps PROBE_SLEEP at a time and records how late it wakes."""
+
+    def __init__(self) -> None:
+        self.late: List[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-probe")
+
+    def _run(self) -> None:
+        while True:
+            before = time.monotonic()
+            if self._stop.wait(PROBE_SLEEP):
+                return
+            self.late.append(time.monotonic() - before - PROBE_SLEEP)
+
+    def __enter__(self) -> SchedulingProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
 @dataclasses.dataclass
 class Report:
     """What a soak run measured, and what went wrong (``problems`` empty: all checks passed)."""
@@ -530,7 +579,10 @@ class Report:
     streams: int
     threads: int
     seed: int
+    pace: str
     seconds: float
+    cpu_seconds: float  # this process's CPU time during the measured run
+    probe_late: List[float]  # sorted: how late the probe thread woke, seconds
     outcomes: List[Outcome]
     threads_before: int
     threads_peak: int
@@ -589,18 +641,21 @@ def run_soak(
     max_rss_growth_mib: float = 20.0,
     run_seconds: float = 600.0,
     pin_malloc: bool = True,
+    pace: str = "llm",
 ) -> Report:
     """Run the soak; ``report.problems`` lists every failed check (empty when all passed).
 
     ``pin_malloc`` pins glibc's mmap threshold first (see :func:`pin_mmap_threshold`),
     for the rest of the process.
     """
+    if pace not in PACES:
+        raise ValueError(f"pace must be one of {sorted(PACES)}, got {pace!r}")
     if pin_malloc:
         pin_mmap_threshold()
     threads_before, fds_before = len(_threads()), _fds()
     warm = make_plan(warmup, seed + 1)
     plan = make_plan(streams, seed)
-    routes = [SCENARIOS[name][:2] for name in warm + plan]
+    routes = [gateway_route(name, pace) for name in warm + plan]
     hook_calls: List[threading.ExceptHookArgs] = []
     previous_hook = threading.excepthook
     threading.excepthook = hook_calls.append
@@ -622,12 +677,14 @@ def run_soak(
 
         sampler = threading.Thread(target=sample_threads, name="soak-sampler")
         sampler.start()
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), _cpu_seconds()
         try:
-            calls = list(zip(plan, urls[len(warm) :]))
-            outcomes = _run_batch(calls, threads, seed, deadline, failures)
+            with SchedulingProbe() as probe:
+                calls = list(zip(plan, urls[len(warm) :]))
+                outcomes = _run_batch(calls, threads, seed, deadline, failures)
         finally:
             seconds = time.monotonic() - started
+            cpu_seconds = _cpu_seconds() - cpu_started
             sampling.set()
             sampler.join(5.0)
         # Every client is closed: let the last reader threads end (each may still hold an
@@ -643,7 +700,10 @@ def run_soak(
         streams=streams,
         threads=threads,
         seed=seed,
+        pace=pace,
         seconds=seconds,
+        cpu_seconds=cpu_seconds,
+        probe_late=sorted(probe.late),
         outcomes=outcomes,
         threads_before=threads_before,
         threads_peak=peak[0],
@@ -693,10 +753,12 @@ def _problems(report: Report, max_overrun: float, max_rss_growth_mib: float) -> 
 
 def format_report(report: Report) -> str:
     """The figures, as printed by the command."""
+    chunks, interval = PACES[report.pace]
     lines = [
         f"{report.streams} ChatClient streams from {report.threads} threads, seed {report.seed}: "
         f"{report.seconds:.1f}s ({report.streams / report.seconds:.0f} streams/s); "
-        f"idle_timeout {IDLE_TIMEOUT}s, timeout {TIMEOUT}s, 3 attempts",
+        f"idle_timeout {IDLE_TIMEOUT}s, timeout {TIMEOUT}s, 3 attempts; pace {report.pace} "
+        f"(ok: {chunks} chunks {interval * 1000:.0f} ms apart)",
         "",
         "| scenario | calls | outcomes | expected |",
         "| --- | --- | --- | --- |",
@@ -704,7 +766,7 @@ def format_report(report: Report) -> str:
     for name, counter in report.by_scenario().items():
         outcomes = ", ".join(f"{label} x{count}" for label, count in counter.most_common())
         lines.append(f"| {name} | {sum(counter.values())} | {outcomes} | {EXPECTED[name][1]} |")
-    overruns, late = report.overruns(), report.deadline_overruns()
+    overruns, late, probe = report.overruns(), report.deadline_overruns(), report.probe_late
     lines += [
         "",
         f"overrun past the timeout, all calls: max {overruns[-1] * 1000:+.1f} ms"
@@ -713,6 +775,11 @@ def format_report(report: Report) -> str:
         f"overrun of the {len(late)} calls that ended at their deadline: "
         f"median {percentile(late, 0.5) * 1000:+.1f} ms, p99 {percentile(late, 0.99) * 1000:+.1f} ms, "
         f"max {percentile(late, 1.0) * 1000:+.1f} ms",
+        f"scheduling probe (a thread sleeping {PROBE_SLEEP * 1000:.0f} ms at a time), woke late "
+        f"by: median {percentile(probe, 0.5) * 1000:.1f} ms, p99 {percentile(probe, 0.99) * 1000:.1f} "
+        f"ms, max {percentile(probe, 1.0) * 1000:.1f} ms ({len(probe)} wakes)",
+        f"CPU: {report.cpu_seconds:.1f}s in {report.seconds:.1f}s, "
+        f"{report.cpu_seconds / report.seconds:.0%} of one core (the GIL lets threads use one)",
         f"threads: {report.threads_before} before, {report.threads_peak} at peak, "
         f"{report.threads_after} after (the shared watchdog thread not counted)",
         f"file descriptors: {report.fds_before} before, {report.fds_after} after",
@@ -740,6 +807,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--max-overrun", type=float, default=0.1, help="seconds")
     parser.add_argument("--max-rss-growth-mib", type=float, default=20.0)
     parser.add_argument(
+        "--pace",
+        choices=sorted(PACES),
+        default="llm",
+        help="healthy streams: llm = 20 chunks 50 ms apart; burst = 5 chunks 20 ms apart",
+    )
+    parser.add_argument(
         "--no-pin-malloc",
         action="store_true",
         help="leave glibc's dynamic mmap threshold alone (RSS then shows its arenas' high-water)",
@@ -753,6 +826,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         max_overrun=args.max_overrun,
         max_rss_growth_mib=args.max_rss_growth_mib,
         pin_malloc=not args.no_pin_malloc,
+        pace=args.pace,
     )
     print(format_report(report))
     return 1 if report.problems else 0

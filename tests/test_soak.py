@@ -21,12 +21,10 @@ import pytest
 
 pytestmark = pytest.mark.timeout(90)
 
-# How far past its timeout a call may end: 0.1 s, as the issue asks. Measured here: at most
-# 0.006 s over 8 runs, 4 of them next to two busy processes on the 2 cores. The 2,000-stream
-# benchmark misses 0.1 s with 3-4 calls of 2,000 (worst 0.17-0.30 s): ~100 threads are busy
-# when its calls reach their deadline. Here 200 streams over 50 threads are 4 calls per
-# thread, and the calls that end at their deadline (1.5 s of drip) end when most threads
-# are done, so the bound holds with a wide margin.
+# How far past its timeout a call may end: 0.1 s, as the issue asks. The 2,000-stream
+# benchmark at the same (default, llm) pace ended its calls at most 0.016-0.038 s late over
+# three seeds, the scheduling delay of the process at 54% CPU; docs/reliability.md has the
+# figures, and those of the saturated `burst` pace.
 MAX_OVERRUN = 0.1
 
 
