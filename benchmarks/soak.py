@@ -14,13 +14,13 @@ threads and file descriptors are back at their baseline afterwards; resident mem
 by less than ``--max-rss-growth-mib`` after a warm-up batch; ``threading.excepthook`` never
 fired. Exits with status 1 if any check failed.
 
-The pace of the healthy (``ok``) streams: ``llm`` (the default) sends 20 chunks 50 ms apart,
-a one-second answer as gateways stream one; ``burst`` sends 5 chunks 20 ms apart, five times
-as many calls per second, which keeps this process's GIL busy all the time on 2 cores. Beside
-the calls, a probe thread sleeps 10 ms at a time and records how late it wakes: the
-scheduling delay any thread of this process sees at that load, the floor under the calls'
-overrun. The report gives it with the process's CPU use. Everything runs on 127.0.0.1, bounded in
-count and time, and stops by itself.
+The pace of the healthy (``ok``) streams: ``llm`` (the default) sends 20 chunks 50 ms
+apart, a one-second answer as gateways stream one; ``burst`` sends 5 chunks 20 ms apart,
+about three times as many calls per second, which keeps this process's GIL busy all the time
+on 2 cores. Beside the calls, a monitor thread sleeps 10 ms at a time and records how late it
+wakes (the scheduling delay any thread of this process sees at that load, the floor under
+the calls' overrun) and the thread count. The report gives the delay with the process's CPU
+use. Everything runs on 127.0.0.1, bounded in count and time, and stops by itself.
 
 The oversized event: ChatClient's cap on one event is the fixed 8 MiB of ``stream_sse``
 (the client has no ``max_event_bytes`` setting), so the ``huge_line`` scenario sends a
@@ -543,13 +543,15 @@ def _run_batch(
     return outcomes
 
 
-class SchedulingProbe:
-    """A thread that sleeps PROBE_SLEEP at a time and records how late it wakes."""
+class RunMonitor:
+    """One thread that sleeps PROBE_SLEEP at a time and, on each wake, records how late it
+    woke (the process's scheduling delay) and the number of threads (for the peak)."""
 
     def __init__(self) -> None:
         self.late: List[float] = []
+        self.peak_threads = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-probe")
+        self._thread = threading.Thread(target=self._run, name="soak-monitor")
 
     def _run(self) -> None:
         while True:
@@ -557,8 +559,9 @@ class SchedulingProbe:
             if self._stop.wait(PROBE_SLEEP):
                 return
             self.late.append(time.monotonic() - before - PROBE_SLEEP)
+            self.peak_threads = max(self.peak_threads, len(_threads()))
 
-    def __enter__(self) -> SchedulingProbe:
+    def __enter__(self) -> RunMonitor:
         self._thread.start()
         return self
 
@@ -582,7 +585,7 @@ class Report:
     pace: str
     seconds: float
     cpu_seconds: float  # this process's CPU time during the measured run
-    probe_late: List[float]  # sorted: how late the probe thread woke, seconds
+    probe_late: List[float]  # sorted: how late the monitor thread woke, seconds
     outcomes: List[Outcome]
     threads_before: int
     threads_peak: int
@@ -668,25 +671,14 @@ def run_soak(
         _run_batch(list(zip(warm, urls)), threads, seed + 1, deadline, failures)
         _settle(threads_before, fds_before + 2)
         rss_before = _rss_mib()
-        peak = [0]
-        sampling = threading.Event()
-
-        def sample_threads() -> None:
-            while not sampling.wait(0.05):
-                peak[0] = max(peak[0], len(_threads()))
-
-        sampler = threading.Thread(target=sample_threads, name="soak-sampler")
-        sampler.start()
         started, cpu_started = time.monotonic(), _cpu_seconds()
         try:
-            with SchedulingProbe() as probe:
+            with RunMonitor() as monitor:
                 calls = list(zip(plan, urls[len(warm) :]))
                 outcomes = _run_batch(calls, threads, seed, deadline, failures)
         finally:
             seconds = time.monotonic() - started
             cpu_seconds = _cpu_seconds() - cpu_started
-            sampling.set()
-            sampler.join(5.0)
         # Every client is closed: let the last reader threads end (each may still hold an
         # event buffer) before reading RSS. The gateway process's two pipes are still open.
         _settle(threads_before, fds_before + 2)
@@ -703,10 +695,10 @@ def run_soak(
         pace=pace,
         seconds=seconds,
         cpu_seconds=cpu_seconds,
-        probe_late=sorted(probe.late),
+        probe_late=sorted(monitor.late),
         outcomes=outcomes,
         threads_before=threads_before,
-        threads_peak=peak[0],
+        threads_peak=monitor.peak_threads,
         threads_after=threads_after,
         fds_before=fds_before,
         fds_after=fds_after,

@@ -36,7 +36,7 @@ from urllib3 import connectionpool as _pool
 from urllib3.exceptions import ConnectTimeoutError
 from urllib3.util import Timeout
 
-from ._budget import Budget
+from ._budget import Budget, _noop
 from ._scope import boundary, joined_budget
 
 __all__ = ["Session"]
@@ -105,7 +105,7 @@ class _ConnectionGuard:
 
     def _finish(self) -> None:
         # Dropped once used: it refers to ``self._fire``, and through it to this guard.
-        unregister, self._unregister = self._unregister, _nothing
+        unregister, self._unregister = self._unregister, _noop
         unregister()
         self._release()
 
@@ -114,10 +114,6 @@ class _ConnectionGuard:
             self.fired = True
             for sock in self._sockets.values():
                 _shutdown(sock)
-
-
-def _nothing() -> None:
-    return None
 
 
 def _shutdown(sock: Any) -> None:

@@ -13,7 +13,7 @@ import contextvars
 import functools
 from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
 
-from ._budget import Budget
+from ._budget import Budget, _noop
 from ._durations import Duration
 from ._errors import Cancelled, DeadlineExceeded, OperationCancelled, WatchdogError
 
@@ -158,15 +158,15 @@ def joined_budget(
     if explicit is None:
         base = current if current is not None else Budget()
         own = base.child(timeout, stage=stage)
-        return own, own, _nothing
+        return own, own, _noop
     if current is None or _descends(explicit, current):
-        return explicit.child(timeout, stage=stage), explicit, _nothing
+        return explicit.child(timeout, stage=stage), explicit, _noop
     own = current.child(timeout, stage=stage or explicit.stage)
     joined = own.child(explicit.remaining()) if explicit.deadline is not None else own
     cause = explicit.end_cause()
     if cause is not None and cause[1] != "deadline_exceeded":
         own.cancel(cause[1])
-        return joined, own, _nothing
+        return joined, own, _noop
     return joined, own, explicit.on_done(lambda ended: _follow(own, ended))
 
 
@@ -184,10 +184,6 @@ def entry_scope(
             yield budget
     finally:
         release()
-
-
-def _nothing() -> None:
-    return None
 
 
 def _follow(target: Budget, ended: Budget) -> None:
