@@ -10,6 +10,7 @@ responses and errors must be freed by reference counting alone.
 from __future__ import annotations
 
 import gc
+import types
 from typing import Any, Dict, Iterator, List
 
 import pytest
@@ -18,7 +19,7 @@ import requests
 import watchdog_sync as ws
 from watchdog_sync._budget import Budget
 from watchdog_sync._chat_stream import ChatStream
-from watchdog_sync._http import _ConnectionGuard
+from watchdog_sync._http import _GUARD_ATTR, _ConnectionGuard
 from watchdog_sync._retry import _Loop
 from watchdog_sync.testing import FaultGateway
 
@@ -92,3 +93,17 @@ def test_a_budget_cancelled_by_itself_is_freed_without_the_collector(
     del parent, child
     gc.collect()
     assert [o for o in saved_garbage if isinstance(o, Budget)] == []
+
+
+def test_a_failed_request_lets_go_of_the_connections_urllib3_dropped() -> None:
+    # On a failure urllib3 closes the connection and puts back None, so the guard learns of
+    # it only from the request's end. A guard still waiting for it stayed registered on the
+    # budget until the budget ended (here a minute), in a cycle with the connection; that
+    # garbage then surfaced in whichever test ran next.
+    budget = Budget(60)
+    guard = _ConnectionGuard(budget, budget, lambda: None)
+    conn = types.SimpleNamespace(sock=None)
+    guard.attach(conn)
+    guard.request_finished(answered=False)
+    assert getattr(conn, _GUARD_ATTR) is None
+    assert budget._callbacks == []  # nothing left waiting for the budget's end

@@ -96,9 +96,18 @@ class _ConnectionGuard:
             self._finish()
         return fired
 
-    def request_finished(self) -> None:
+    def request_finished(self, *, answered: bool) -> None:
+        """The request returned a response (which may still hold its connection until the
+        body is read or closed), or it failed: then every connection it checked out is back
+        in the pool or was dropped by urllib3, which puts back ``None`` for a connection it
+        discards, so none is left to wait for."""
         with self._lock:
             self._request_done = True
+            if not answered:
+                for conn in self._connections:
+                    setattr(conn, _GUARD_ATTR, None)
+                self._connections.clear()
+                self._sockets.clear()
             finished = not self._connections
         if finished:
             self._finish()
@@ -316,6 +325,7 @@ class Session(requests.Session):
     def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
         budget, owner, release = joined_budget(self.budget, stage="http")
         guard = _ConnectionGuard(budget, owner, release)
+        answered = False
         try:
             with boundary(budget, owner):
                 budget.check()
@@ -323,6 +333,7 @@ class Session(requests.Session):
                 token = _ACTIVE_GUARD.set(guard)
                 try:
                     response = super().request(method, url, *args, **kwargs)
+                    answered = True
                 except requests.RequestException:
                     if guard.fired:
                         budget.check()  # the budget's end caused it: say so
@@ -333,7 +344,7 @@ class Session(requests.Session):
                     response.close()
                     budget.check()
         finally:
-            guard.request_finished()
+            guard.request_finished(answered=answered)
         if kwargs.get("stream"):
             _bound_body(response, guard)
         return response
