@@ -68,7 +68,7 @@ HUGE_LINE_BYTES = 8 * MIB + 256 * 1024  # just past ChatClient's fixed 8 MiB eve
 GATEWAY_TEXT = "Hello from the watchdog_sync fault gateway."
 MESSAGES = [{"role": "user", "content": "soak"}]
 SETTLE_SECONDS = 2.0
-PROBE_SLEEP = 0.01  # the scheduling probe's sleep, seconds
+MONITOR_SLEEP = 0.01  # the monitor thread's sleep, seconds
 # The healthy streams' pace: (chunks, seconds between them)
 PACES: Dict[str, Tuple[int, float]] = {"llm": (20, 0.05), "burst": (5, 0.02)}
 _CHILD_FLAG = "--gateway-child"
@@ -544,7 +544,7 @@ def _run_batch(
 
 
 class RunMonitor:
-    """One thread that sleeps PROBE_SLEEP at a time and, on each wake, records how late it
+    """One thread that sleeps MONITOR_SLEEP at a time and, on each wake, records how late it
     woke (the process's scheduling delay) and the number of threads (for the peak)."""
 
     def __init__(self) -> None:
@@ -556,9 +556,9 @@ class RunMonitor:
     def _run(self) -> None:
         while True:
             before = time.monotonic()
-            if self._stop.wait(PROBE_SLEEP):
+            if self._stop.wait(MONITOR_SLEEP):
                 return
-            self.late.append(time.monotonic() - before - PROBE_SLEEP)
+            self.late.append(time.monotonic() - before - MONITOR_SLEEP)
             self.peak_threads = max(self.peak_threads, len(_threads()))
 
     def __enter__(self) -> RunMonitor:
@@ -585,7 +585,7 @@ class Report:
     pace: str
     seconds: float
     cpu_seconds: float  # this process's CPU time during the measured run
-    probe_late: List[float]  # sorted: how late the monitor thread woke, seconds
+    monitor_late: List[float]  # sorted: how late the monitor thread woke, seconds
     outcomes: List[Outcome]
     threads_before: int
     threads_peak: int
@@ -695,7 +695,7 @@ def run_soak(
         pace=pace,
         seconds=seconds,
         cpu_seconds=cpu_seconds,
-        probe_late=sorted(monitor.late),
+        monitor_late=sorted(monitor.late),
         outcomes=outcomes,
         threads_before=threads_before,
         threads_peak=monitor.peak_threads,
@@ -758,7 +758,7 @@ def format_report(report: Report) -> str:
     for name, counter in report.by_scenario().items():
         outcomes = ", ".join(f"{label} x{count}" for label, count in counter.most_common())
         lines.append(f"| {name} | {sum(counter.values())} | {outcomes} | {EXPECTED[name][1]} |")
-    overruns, late, probe = report.overruns(), report.deadline_overruns(), report.probe_late
+    overruns, late, woke = report.overruns(), report.deadline_overruns(), report.monitor_late
     lines += [
         "",
         f"overrun past the timeout, all calls: max {overruns[-1] * 1000:+.1f} ms"
@@ -767,9 +767,9 @@ def format_report(report: Report) -> str:
         f"overrun of the {len(late)} calls that ended at their deadline: "
         f"median {percentile(late, 0.5) * 1000:+.1f} ms, p99 {percentile(late, 0.99) * 1000:+.1f} ms, "
         f"max {percentile(late, 1.0) * 1000:+.1f} ms",
-        f"scheduling probe (a thread sleeping {PROBE_SLEEP * 1000:.0f} ms at a time), woke late "
-        f"by: median {percentile(probe, 0.5) * 1000:.1f} ms, p99 {percentile(probe, 0.99) * 1000:.1f} "
-        f"ms, max {percentile(probe, 1.0) * 1000:.1f} ms ({len(probe)} wakes)",
+        f"monitor thread (sleeping {MONITOR_SLEEP * 1000:.0f} ms at a time), woke late "
+        f"by: median {percentile(woke, 0.5) * 1000:.1f} ms, p99 {percentile(woke, 0.99) * 1000:.1f} "
+        f"ms, max {percentile(woke, 1.0) * 1000:.1f} ms ({len(woke)} wakes)",
         f"CPU: {report.cpu_seconds:.1f}s in {report.seconds:.1f}s, "
         f"{report.cpu_seconds / report.seconds:.0%} of one core (the GIL lets threads use one)",
         f"threads: {report.threads_before} before, {report.threads_peak} at peak, "
