@@ -18,9 +18,14 @@ from typing import Dict, List, Optional
 
 import requests
 
-from watchdog_sync import RetryExhausted, WatchdogError, deadline
-from watchdog_sync._retry import RetryPolicy, retry_call
-from watchdog_sync._retry_budget import RetryBudget
+from watchdog_sync import (
+    RetryBudget,
+    RetryExhausted,
+    RetryPolicy,
+    WatchdogError,
+    deadline,
+    retry_call,
+)
 
 _RUN_SECONDS = 60.0  # hard bound for one mode
 

@@ -19,8 +19,7 @@ from typing import Callable, Iterator, List
 
 import requests
 
-from watchdog_sync import current_budget
-from watchdog_sync._sample import run_sample
+from watchdog_sync import current_budget, run_sample
 
 
 def noop() -> None:

@@ -168,8 +168,7 @@ def _plain(url: str) -> List[float]:
 
 def _guarded(url: str) -> List[float]:
     """Under a deadline, as a chat call runs: the shared watchdog thread serves every stream."""
-    from watchdog_sync import deadline
-    from watchdog_sync._sse import stream_sse
+    from watchdog_sync import deadline, stream_sse
 
     lags: List[float] = []
     with deadline(_WORKER_SECONDS):
@@ -182,11 +181,10 @@ class _Monitor:
     """Samples threads and RSS every few milliseconds while the load runs."""
 
     def __init__(self, baseline_threads: int) -> None:
-        from watchdog_sync._stream import READER_THREAD_NAME
-        from watchdog_sync._watchdog import THREAD_NAME
+        from watchdog_sync.testing import READER_THREAD_NAME, WATCHDOG_THREAD_NAME
 
         self._reader_name = READER_THREAD_NAME
-        self._watchdog_name = THREAD_NAME
+        self._watchdog_name = WATCHDOG_THREAD_NAME
         self._baseline = baseline_threads
         self._stop = threading.Event()
         self.peak_threads = 0
@@ -254,7 +252,7 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
     import requests  # noqa: F401  (imports before the baseline, for both implementations)
     import sseclient  # noqa: F401
 
-    import watchdog_sync._sse  # noqa: F401
+    import watchdog_sync  # noqa: F401
 
     live = _Live()
     start = threading.Barrier(streams + 1)

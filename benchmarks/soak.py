@@ -49,15 +49,14 @@ from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 from watchdog_sync import (
     ChatClient,
     DeadlineExceeded,
+    Event,
     RetryExhausted,
     RetryPolicy,
     Session,
     WatchdogError,
     add_listener,
 )
-from watchdog_sync._events import Event
-from watchdog_sync._watchdog import THREAD_NAME
-from watchdog_sync.testing import FaultGateway
+from watchdog_sync.testing import WATCHDOG_THREAD_NAME, FaultGateway
 
 MIB = 1024 * 1024
 IDLE_TIMEOUT = 0.3
@@ -464,7 +463,7 @@ def _gateway_child() -> None:
 
 
 def _threads() -> List[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name != THREAD_NAME]
+    return [t for t in threading.enumerate() if t.name != WATCHDOG_THREAD_NAME]
 
 
 def _fds() -> int:

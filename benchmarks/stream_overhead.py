@@ -24,7 +24,7 @@ import requests
 import sseclient
 
 import watchdog_sync as ws
-from watchdog_sync._sse import stream_sse
+from watchdog_sync import stream_sse
 
 _EVENT = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
 _CHUNK = b"%x\r\n" % len(_EVENT) + _EVENT + b"\r\n"

@@ -10,13 +10,13 @@ from typing import Iterator, List
 
 import pytest
 
-from watchdog_sync._watchdog import THREAD_NAME
+from watchdog_sync.testing import WATCHDOG_THREAD_NAME
 
 _SETTLE_SECONDS = 2.0
 
 
 def _threads() -> List[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name != THREAD_NAME]
+    return [t for t in threading.enumerate() if t.name != WATCHDOG_THREAD_NAME]
 
 
 def _fds() -> int:

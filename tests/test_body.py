@@ -7,7 +7,7 @@ from typing import List
 
 import pytest
 
-from watchdog_sync._body import body_pieces
+from .internals import body_pieces
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -10,8 +10,7 @@ import time
 import pytest
 
 from watchdog_sync import Budget, Cancelled
-from watchdog_sync._watchdog import THREAD_NAME
-from watchdog_sync.testing import FakeClock
+from watchdog_sync.testing import WATCHDOG_THREAD_NAME, FakeClock
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -207,7 +206,7 @@ def test_on_done_runs_once_at_expiry_on_the_watchdog_thread() -> None:
     assert done.wait(5)
     budget.cancel()  # ending again does not run it twice
     time.sleep(0.05)  # give a wrong second run the chance to show itself
-    assert fired == [THREAD_NAME]
+    assert fired == [WATCHDOG_THREAD_NAME]
 
 
 def test_on_done_runs_on_cancel_and_unregister_stops_it() -> None:
@@ -260,8 +259,8 @@ def test_a_raising_callback_is_logged_and_the_watchdog_goes_on(
 def test_ten_thousand_live_budgets_share_one_watchdog_thread() -> None:
     budgets = [Budget(300) for _ in range(10_000)]
     unregisters = [b.on_done(lambda b: None) for b in budgets]
-    names = [t.name for t in threading.enumerate() if t.name == THREAD_NAME]
-    assert names == [THREAD_NAME]
+    names = [t.name for t in threading.enumerate() if t.name == WATCHDOG_THREAD_NAME]
+    assert names == [WATCHDOG_THREAD_NAME]
     for unregister in unregisters:
         unregister()
 

@@ -14,10 +14,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import pytest
 
 import watchdog_sync as ws
-from watchdog_sync._chat import ChatClient
-from watchdog_sync._chat_stream import ChatStream
-from watchdog_sync._stream import READER_THREAD_NAME
-from watchdog_sync.testing import FaultGateway, SeenRequest
+from watchdog_sync import ChatClient, ChatStream
+from watchdog_sync.testing import READER_THREAD_NAME, FaultGateway, SeenRequest
 
 from .rawserver import RawServer, end_body, send_body_piece, send_sse_head, wait_for_disconnect
 

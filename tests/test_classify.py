@@ -14,7 +14,8 @@ import requests
 import responses
 
 import watchdog_sync as ws
-from watchdog_sync._classify import parse_retry_after
+
+from .internals import parse_retry_after
 
 pytestmark = pytest.mark.timeout(20)
 

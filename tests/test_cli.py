@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from watchdog_sync._demo import SCENARIOS, run_demo
 from watchdog_sync.cli import main
+
+from .internals import SCENARIOS, run_demo
 
 pytestmark = pytest.mark.timeout(90)
 

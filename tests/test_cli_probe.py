@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from watchdog_sync._probe import suggest_idle_timeout
 from watchdog_sync.cli import main
 from watchdog_sync.testing import FaultGateway
+
+from .internals import suggest_idle_timeout
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog_sync._config import env_int, env_seconds
-from watchdog_sync._durations import validate_duration
+from .internals import env_int, env_seconds, validate_duration
 
 pytestmark = pytest.mark.timeout(10)
 

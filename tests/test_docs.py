@@ -10,7 +10,8 @@ import pytest
 
 import watchdog_sync
 import watchdog_sync.testing
-from watchdog_sync import _config
+
+from .internals import config_module
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -30,7 +31,7 @@ def _missing(names: Iterable[str]) -> List[str]:
 def _config_variables() -> List[str]:
     return sorted(
         value
-        for key, value in vars(_config).items()
+        for key, value in vars(config_module).items()
         if key.startswith("ENV_") and isinstance(value, str)
     )
 
@@ -45,7 +46,7 @@ def test_every_testing_name_is_in_the_reference() -> None:
 
 def test_every_environment_variable_of_config_is_in_the_reference() -> None:
     variables = _config_variables()
-    assert len(variables) >= 4  # _config.py still names its variables ENV_*
+    assert len(variables) >= 4  # the config module still names its variables ENV_*
     assert _missing(variables) == []
 
 

@@ -7,7 +7,8 @@ import logging
 import pytest
 
 from watchdog_sync import Event, add_listener
-from watchdog_sync._events import context_with_fields, emit, event_fields
+
+from .internals import context_with_fields, emit, event_fields
 
 pytestmark = pytest.mark.timeout(10)
 

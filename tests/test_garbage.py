@@ -17,11 +17,10 @@ import pytest
 import requests
 
 import watchdog_sync as ws
-from watchdog_sync._budget import Budget
-from watchdog_sync._chat_stream import ChatStream
-from watchdog_sync._http import _GUARD_ATTR, _ConnectionGuard
-from watchdog_sync._retry import _Loop
+from watchdog_sync import Budget, ChatStream
 from watchdog_sync.testing import FaultGateway
+
+from .internals import _GUARD_ATTR, _ConnectionGuard, _Loop
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -18,9 +18,10 @@ from urllib3 import connectionpool
 from urllib3.util import Timeout
 
 import watchdog_sync as ws
-from watchdog_sync._http import Session, clip_timeout
+from watchdog_sync import Session
 from watchdog_sync.testing import FaultGateway
 
+from .internals import clip_timeout
 from .rawserver import RawServer, read_request_head
 
 pytestmark = pytest.mark.timeout(30)

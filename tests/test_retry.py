@@ -24,16 +24,18 @@ from watchdog_sync import (
     Event,
     HTTPStatusError,
     OperationCancelled,
+    RetryBudget,
     RetryExhausted,
+    RetryPolicy,
     TransportError,
     add_listener,
     carry_budget,
     current_budget,
     deadline,
+    retry_call,
+    retrying,
 )
-from watchdog_sync._retry import RetryPolicy, retry_call, retrying
-from watchdog_sync._retry_budget import RetryBudget
-from watchdog_sync.testing._clock import FakeClock
+from watchdog_sync.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,8 +8,8 @@ from typing import Any, Dict
 
 import pytest
 
-from watchdog_sync._retry_budget import RetryBudget
-from watchdog_sync.testing._clock import FakeClock
+from watchdog_sync import RetryBudget
+from watchdog_sync.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -28,12 +28,16 @@ from watchdog_sync import (
     DeadlineExceeded,
     Event,
     OperationCancelled,
+    SampleResult,
     TransportError,
+    abandoned_workers,
     add_listener,
     current_budget,
     deadline,
+    run_sample,
 )
-from watchdog_sync._sample import SampleResult, abandoned_workers, run_sample
+
+from .internals import sample_preload_module
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -606,11 +610,11 @@ def test_the_fork_server_preloads_a_harness_script_that_imports_the_library(
 ) -> None:
     """The workaround for CPython gh-126631: __main__ is run once, in the server."""
     script = tmp_path / "harness.py"
-    script.write_text("from watchdog_sync._sample import run_sample\nLOADED = True\n")
+    script.write_text("from watchdog_sync import run_sample\nLOADED = True\n")
     setup = {"main_path": str(script), "sys_path": sys.path, "sys_argv": [str(script), "-x"]}
     probe = (
         "import os, sys\n"
-        "import watchdog_sync._sample_preload\n"
+        f"import {sample_preload_module.__name__}\n"
         "main = sys.modules['__main__']\n"
         "print(main.__file__, main.LOADED, sys.argv[1], os.environ.get('WATCHDOG_SYNC_FORKSERVER_MAIN'))\n"
     )
@@ -624,7 +628,7 @@ def test_the_fork_server_preloads_a_harness_script_that_imports_the_library(
 
 HARNESS = """
 import os, sys, time
-from watchdog_sync._sample import run_sample
+from watchdog_sync import run_sample
 
 def sample(path):
     with open(path, "w") as f:
@@ -668,7 +672,7 @@ def test_a_sample_process_does_not_outlive_a_killed_harness(tmp_path: Path) -> N
 SLOW_HARNESS = """
 import os, sys, time
 time.sleep(0.5)  # stands for the heavy imports at the top of a harness script
-from watchdog_sync._sample import run_sample
+from watchdog_sync import run_sample
 
 def sample():
     return os.getpid()

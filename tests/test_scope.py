@@ -18,7 +18,8 @@ from watchdog_sync import (
     current_budget,
     deadline,
 )
-from watchdog_sync._scope import entry_scope
+
+from .internals import entry_scope
 
 pytestmark = pytest.mark.timeout(20)
 

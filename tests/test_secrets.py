@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 
 import watchdog_sync as ws
-from watchdog_sync._chat import ChatClient
+from watchdog_sync import ChatClient
 from watchdog_sync.testing import FaultGateway
 
 pytestmark = pytest.mark.timeout(60)

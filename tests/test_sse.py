@@ -14,7 +14,7 @@ from typing import Callable, Dict, Iterator, List
 import pytest
 
 import watchdog_sync as ws
-from watchdog_sync._sse import stream_sse
+from watchdog_sync import stream_sse
 
 from .rawserver import (
     RawServer,
@@ -347,7 +347,7 @@ def test_urllib3_still_exposes_the_http_client_response_we_read() -> None:
     """Fails loudly if urllib3 stops keeping http.client's response as `raw._fp`."""
     import http.client
 
-    from watchdog_sync._http import Session
+    from watchdog_sync import Session
 
     with RawServer(streaming(1)) as server, Session() as session:
         response = session.post(server.url, stream=True, timeout=5)

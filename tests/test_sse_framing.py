@@ -8,7 +8,8 @@ import pytest
 import sseclient
 
 from watchdog_sync import StreamProtocolError
-from watchdog_sync._sse_framing import EventFramer
+
+from .internals import EventFramer
 
 pytestmark = pytest.mark.timeout(20)
 

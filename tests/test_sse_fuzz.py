@@ -28,9 +28,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import watchdog_sync as ws
-from watchdog_sync._sse import SSEStream, _chunks, _FramedSSEClient, stream_sse
-from watchdog_sync._sse_framing import EventFramer
+from watchdog_sync import SSEStream, stream_sse
 
+from .internals import EventFramer, _chunks, _FramedSSEClient
 from .rawserver import RawServer, read_request_head, send_sse_head, wait_for_disconnect
 
 pytestmark = pytest.mark.timeout(60)

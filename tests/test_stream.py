@@ -19,13 +19,16 @@ from watchdog_sync import (
     Cancelled,
     DeadlineExceeded,
     Event,
+    GuardedStream,
     OperationCancelled,
     StreamIdleTimeout,
+    StreamStats,
     add_listener,
     current_budget,
     deadline,
+    guard_stream,
 )
-from watchdog_sync._stream import READER_THREAD_NAME, GuardedStream, StreamStats, guard_stream
+from watchdog_sync.testing import READER_THREAD_NAME
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -5,11 +5,10 @@ cancellation that ``except Exception`` cannot swallow (:class:`Cancelled`),
 and errors that say exactly what happened (:class:`WatchdogError`).
 """
 
-from ._budget import Budget
-from ._chat import ChatClient
-from ._chat_stream import ChatStream
-from ._classify import Classification, classify
-from ._errors import (
+from ._chat.client import ChatClient
+from ._chat.stream import ChatStream
+from ._core.budget import Budget
+from ._core.errors import (
     Cancelled,
     DeadlineExceeded,
     HTTPStatusError,
@@ -21,14 +20,15 @@ from ._errors import (
     TransportError,
     WatchdogError,
 )
-from ._events import Event, add_listener
-from ._http import Session
-from ._retry import RetryPolicy, retry_call, retrying
-from ._retry_budget import RetryBudget
-from ._sample import SampleResult, abandoned_workers, run_sample
-from ._scope import carry_budget, current_budget, deadline
-from ._sse import SSEStream, stream_sse
-from ._stream import GuardedStream, StreamStats, guard_stream
+from ._core.events import Event, add_listener
+from ._core.scope import carry_budget, current_budget, deadline
+from ._retry.budget import RetryBudget
+from ._retry.classify import Classification, classify
+from ._retry.policy import RetryPolicy, retry_call, retrying
+from ._sample.run import SampleResult, abandoned_workers, run_sample
+from ._transport.http import Session
+from ._transport.sse import SSEStream, stream_sse
+from ._transport.stream import GuardedStream, StreamStats, guard_stream
 from ._version import __version__
 
 __all__ = [

@@ -18,23 +18,23 @@ import requests
 import sseclient
 import urllib3.exceptions
 
-from ._body import body_pieces
-from ._budget import Budget
-from ._classify import classify, parse_retry_after
-from ._config import (
+from .._core.budget import Budget
+from .._core.config import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     ENV_CONNECT_TIMEOUT,
     ENV_IDLE_TIMEOUT,
     env_seconds,
 )
-from ._durations import Duration, validate_duration
-from ._errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
-from ._http import Session
-from ._redact import excerpt, header_secrets, redact
-from ._scope import current_budget, using_budget
-from ._sse_framing import EventFramer
-from ._stream import GuardedStream, StreamStats, guard_stream
+from .._core.durations import Duration, validate_duration
+from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
+from .._core.redact import excerpt, header_secrets, redact
+from .._core.scope import current_budget, using_budget
+from .._retry.classify import classify, parse_retry_after
+from .body import body_pieces
+from .framing import EventFramer
+from .http import Session
+from .stream import GuardedStream, StreamStats, guard_stream
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "stream_sse"]
 

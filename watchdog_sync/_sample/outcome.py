@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Tuple
 
-from ._budget import Budget
-from ._classify import classify
-from ._errors import Cancelled, DeadlineExceeded, OperationCancelled
-from ._scope import error_for
+from .._core.budget import Budget
+from .._core.errors import Cancelled, DeadlineExceeded, OperationCancelled
+from .._core.scope import error_for
+from .._retry.classify import classify
 
 __all__ = ["Cause", "Outcome", "ended", "failure_reason", "settle", "stop_if_outer"]
 

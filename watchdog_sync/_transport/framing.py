@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ._errors import StreamProtocolError
+from .._core.errors import StreamProtocolError
 
 __all__ = ["EventFramer"]
 

@@ -26,9 +26,9 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ._budget import Budget
-from ._sample_outcome import Outcome, ended, settle, stop_if_outer
-from ._scope import boundary
+from .._core.budget import Budget
+from .._core.scope import boundary
+from .outcome import Outcome, ended, settle, stop_if_outer
 
 __all__ = ["EXIT_WAIT", "TERM_GRACE", "pickle_call", "run_in_process"]
 

@@ -14,13 +14,14 @@ import dataclasses
 import time
 from typing import Any, Callable, Generic, Literal, Optional, TypeVar
 
-from ._durations import Duration, validate_duration
-from ._events import Event, emit
-from ._sample_outcome import Outcome
-from ._sample_process import pickle_call, run_in_process
-from ._sample_server import get_context
-from ._sample_thread import abandoned_workers, run_in_thread
-from ._scope import current_budget
+from .._core.durations import Duration, validate_duration
+from .._core.events import Event, emit
+from .._core.scope import current_budget
+from . import process
+from .outcome import Outcome
+from .process import pickle_call, run_in_process
+from .server import get_context
+from .thread import abandoned_workers, run_in_thread
 
 __all__ = ["SampleResult", "abandoned_workers", "run_sample"]
 
@@ -28,6 +29,9 @@ T = TypeVar("T")
 
 STAGE = "sample"
 _ISOLATIONS = ("thread", "process")
+# What the fork server imports before any sample: the process module, then the preload module,
+# which is named here, not imported (importing it is what runs the preload, in the server).
+_FORK_SERVER_PRELOAD = (process.__name__, f"{__package__}.preload")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +149,9 @@ def run_sample(
     payload, context = b"", None
     if isolate == "process":
         payload = pickle_call(fn, args, kwargs)
-        context = get_context(getattr(fn, "__module__", None))  # the first call starts a server
+        context = get_context(  # the first call starts a server
+            getattr(fn, "__module__", None), preload=_FORK_SERVER_PRELOAD
+        )
     started = time.monotonic()
     budget = current_budget().child(seconds, stage=STAGE)
     budget.check()  # an enclosing scope that has already ended: its scope decides

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ._config import (
+from .._core.config import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -23,8 +23,8 @@ from ._config import (
     env_int,
     env_seconds,
 )
-from ._durations import validate_duration
-from ._retry import RetryPolicy
+from .._core.durations import validate_duration
+from .._retry.policy import RetryPolicy
 
 __all__ = [
     "CONNECT_TIMEOUT_UNSET",

@@ -13,12 +13,12 @@ from typing import Any, Dict, List
 
 import requests
 
-from ._chat_call import ChatCall
-from ._chat_errors import error_object, status_error, transport_error
-from ._classify import parse_retry_after
-from ._errors import StreamProtocolError
-from ._redact import excerpt
-from ._sse import DEFAULT_MAX_EVENT_BYTES
+from .._core.errors import StreamProtocolError
+from .._core.redact import excerpt
+from .._retry.classify import parse_retry_after
+from .._transport.sse import DEFAULT_MAX_EVENT_BYTES
+from .call import ChatCall
+from .errors import error_object, status_error, transport_error
 
 __all__ = ["MAX_RESPONSE_BYTES", "complete_once"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
-from . import _scope
-from ._budget import Budget
-from ._chat_errors import tag
-from ._errors import WatchdogError
-from ._events import event_fields
-from ._http import Session
+from .._core import scope as _scope
+from .._core.budget import Budget
+from .._core.errors import WatchdogError
+from .._core.events import event_fields
+from .._transport.http import Session
+from .errors import tag
 
 __all__ = ["STAGE", "ChatCall", "run_in_call"]
 

@@ -17,9 +17,9 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Sequence, TextIO, Tuple
 
-from ._chat import ChatClient
-from ._errors import WatchdogError
-from .testing import FaultGateway
+from .._chat.client import ChatClient
+from .._core.errors import WatchdogError
+from ..testing import FaultGateway
 
 __all__ = ["SCENARIOS", "run_demo"]
 

@@ -14,9 +14,9 @@ import time
 import weakref
 from typing import Callable, List, Optional, Protocol, Tuple
 
-from . import _watchdog
-from ._durations import Duration, validate_duration
-from ._errors import Cancelled
+from . import watchdog as _watchdog
+from .durations import Duration, validate_duration
+from .errors import Cancelled
 
 __all__ = ["Budget", "Clock"]
 

@@ -19,15 +19,15 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Literal, Optional, Tuple, TypeVar
 
-from . import _scope
-from ._budget import Budget
-from ._classify import Classification
-from ._classify import classify as _default_classify
-from ._config import DEFAULT_MAX_ATTEMPTS, ENV_MAX_ATTEMPTS, env_int
-from ._durations import Duration, validate_duration
-from ._errors import Cancelled, DeadlineExceeded, RetryExhausted, WatchdogError
-from ._events import Event, emit
-from ._retry_budget import RetryBudget
+from .._core import scope as _scope
+from .._core.budget import Budget
+from .._core.config import DEFAULT_MAX_ATTEMPTS, ENV_MAX_ATTEMPTS, env_int
+from .._core.durations import Duration, validate_duration
+from .._core.errors import Cancelled, DeadlineExceeded, RetryExhausted, WatchdogError
+from .._core.events import Event, emit
+from .budget import RetryBudget
+from .classify import Classification
+from .classify import classify as _default_classify
 
 if sys.version_info >= (3, 10):
     from typing import ParamSpec

@@ -13,9 +13,9 @@ import contextvars
 import functools
 from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
 
-from ._budget import Budget, _noop
-from ._durations import Duration
-from ._errors import Cancelled, DeadlineExceeded, OperationCancelled, WatchdogError
+from .budget import Budget, _noop
+from .durations import Duration
+from .errors import Cancelled, DeadlineExceeded, OperationCancelled, WatchdogError
 
 __all__ = [
     "boundary",

@@ -13,22 +13,22 @@ import urllib.parse
 import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import _scope
-from ._budget import Budget
-from ._chat_call import STAGE, ChatCall, run_in_call
-from ._chat_complete import complete_once
-from ._chat_config import (
+from .._core import scope as _scope
+from .._core.budget import Budget
+from .._core.durations import Duration, validate_duration
+from .._core.redact import header_secrets
+from .._retry.policy import RetryPolicy, retry_call
+from .._transport.http import Session
+from .call import STAGE, ChatCall, run_in_call
+from .complete import complete_once
+from .config import (
     CONNECT_TIMEOUT_UNSET,
     IDLE_TIMEOUT_UNSET,
     TIMEOUT_UNSET,
     first_event_limit,
     resolve,
 )
-from ._chat_stream import ChatStream, open_stream
-from ._durations import Duration, validate_duration
-from ._http import Session
-from ._redact import header_secrets
-from ._retry import RetryPolicy, retry_call
+from .stream import ChatStream, open_stream
 
 __all__ = ["ChatClient"]
 

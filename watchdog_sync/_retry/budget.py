@@ -17,8 +17,8 @@ import threading
 import time
 from typing import Deque, List
 
-from ._budget import Clock
-from ._durations import Duration, validate_duration
+from .._core.budget import Clock
+from .._core.durations import Duration, validate_duration
 
 __all__ = ["RetryBudget"]
 

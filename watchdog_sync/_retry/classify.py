@@ -18,7 +18,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
-from ._errors import (
+from .._core.errors import (
     Cancelled,
     DeadlineExceeded,
     HTTPStatusError,

@@ -36,8 +36,8 @@ from urllib3 import connectionpool as _pool
 from urllib3.exceptions import ConnectTimeoutError
 from urllib3.util import Timeout
 
-from ._budget import Budget, _noop
-from ._scope import boundary, joined_budget
+from .._core.budget import Budget, _noop
+from .._core.scope import boundary, joined_budget
 
 __all__ = ["Session"]
 

@@ -18,9 +18,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ._budget import Budget
-from ._sample_outcome import Cause, Outcome, ended, settle, stop_if_outer
-from ._scope import boundary
+from .._core.budget import Budget
+from .._core.scope import boundary
+from .outcome import Cause, Outcome, ended, settle, stop_if_outer
 
 __all__ = ["JOIN_GRACE", "THREAD_PREFIX", "abandoned_workers", "run_in_thread"]
 

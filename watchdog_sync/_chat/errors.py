@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional, Sequence
 
-from ._classify import classify
-from ._errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
-from ._redact import excerpt
+from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
+from .._core.redact import excerpt
+from .._retry.classify import classify
 
 __all__ = [
     "error_object",

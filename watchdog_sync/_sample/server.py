@@ -12,7 +12,7 @@ child re-ran the harness script's imports (about 100 ms per sample under
 pytest, more for a harness that imports heavy libraries). In the server,
 :func:`preload_in_server` does that preloading itself, as the fixed Python
 does, from a one-shot environment variable that the parent sets only while it
-starts the server (``_sample_preload`` calls it there, once the package is
+starts the server (the ``preload`` module calls it there, once the package is
 fully imported, so a script that imports watchdog_sync works). A harness
 started with ``python -m package`` is not preloaded (each child imports it);
 one started as a script path is.
@@ -27,12 +27,11 @@ import multiprocessing
 import os
 import sys
 import threading
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 __all__ = ["get_context", "preload_in_server"]
 
 _ENV = "WATCHDOG_SYNC_FORKSERVER_MAIN"
-_PRELOAD = ("watchdog_sync._sample_process", "watchdog_sync._sample_preload")
 
 _READY_LIMIT = 60.0  # seconds the warm-up child may take to exit (it exits at once)
 
@@ -40,8 +39,8 @@ _lock = threading.Lock()
 _context: Any = None  # a ForkServerContext or SpawnContext (typeshed has no common type)
 
 
-def get_context(first_module: Optional[str]) -> Any:
-    """The context samples start in.
+def get_context(first_module: Optional[str], preload: Sequence[str]) -> Any:
+    """The context samples start in; ``preload`` names the modules the fork server imports first.
 
     The first call starts the fork server and waits until it has preloaded
     (one no-op child, bounded by :data:`_READY_LIMIT`), so that no sample's
@@ -51,19 +50,19 @@ def get_context(first_module: Optional[str]) -> Any:
     with _lock:
         if _context is None:
             if "forkserver" in multiprocessing.get_all_start_methods():
-                _context = _start_fork_server(first_module)
+                _context = _start_fork_server(first_module, preload)
             else:
                 _context = multiprocessing.get_context("spawn")
         return _context
 
 
-def _start_fork_server(first_module: Optional[str]) -> Any:
+def _start_fork_server(first_module: Optional[str], preload: Sequence[str]) -> Any:
     from multiprocessing import forkserver, spawn
 
     context = multiprocessing.get_context("forkserver")
     server = getattr(forkserver, "_forkserver", None)
     wanted: List[str] = list(getattr(server, "_preload_modules", None) or ["__main__"])
-    for name in (*_PRELOAD, first_module):
+    for name in (*preload, first_module):
         if name and name not in wanted:
             wanted.append(name)
     context.set_forkserver_preload(wanted)

@@ -39,11 +39,12 @@ import threading
 import time
 from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
-from . import _events, _scope
-from ._budget import Budget
-from ._config import ENV_IDLE_TIMEOUT
-from ._durations import Duration, validate_duration
-from ._errors import Cancelled, StreamIdleTimeout
+from .._core import events as _events
+from .._core import scope as _scope
+from .._core.budget import Budget
+from .._core.config import ENV_IDLE_TIMEOUT
+from .._core.durations import Duration, validate_duration
+from .._core.errors import Cancelled, StreamIdleTimeout
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED",

@@ -13,22 +13,22 @@ import json
 import math
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from . import _scope
-from ._budget import Budget
-from ._chat_call import STAGE, ChatCall, run_in_call
-from ._chat_errors import error_object, no_finish_reason, status_error, tag
-from ._errors import (
+from .._core import scope as _scope
+from .._core.budget import Budget
+from .._core.errors import (
     Cancelled,
     HTTPStatusError,
     StreamIdleTimeout,
     StreamProtocolError,
     WatchdogError,
 )
-from ._events import Event, context_with_fields, emit, event_fields
-from ._redact import excerpt
-from ._retry import RetryPolicy, retry_call
-from ._sse import SSEStream, stream_sse
-from ._stream import StreamStats
+from .._core.events import Event, context_with_fields, emit, event_fields
+from .._core.redact import excerpt
+from .._retry.policy import RetryPolicy, retry_call
+from .._transport.sse import SSEStream, stream_sse
+from .._transport.stream import StreamStats
+from .call import STAGE, ChatCall, run_in_call
+from .errors import error_object, no_finish_reason, status_error, tag
 
 __all__ = ["ChatStream", "open_stream"]
 

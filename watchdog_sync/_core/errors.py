@@ -24,7 +24,7 @@ import errno as _errno
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Type
 
 if TYPE_CHECKING:
-    from ._budget import Budget
+    from .budget import Budget
 
 __all__ = [
     "Cancelled",
@@ -231,7 +231,7 @@ class HTTPStatusError(WatchdogError):
         **fields: Any,
     ) -> None:
         if fields.get("reason") is None or fields.get("retryable") is None:
-            from ._classify import status_verdict  # the status table lives with classify()
+            from .._retry.classify import status_verdict  # the status table lives with classify()
 
             reason, retryable = status_verdict(status, body)
             fields["reason"] = fields.get("reason") or reason

@@ -16,8 +16,8 @@ import statistics
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from ._budget import Budget
-from ._sse import stream_sse
+from .._core.budget import Budget
+from .._transport.sse import stream_sse
 
 __all__ = ["ProbeReport", "probe", "suggest_idle_timeout"]
 

@@ -1,0 +1,45 @@
+"""The one place where tests reach past the public door.
+
+Unit tests of internal pieces (the SSE framer, the body decoder, the
+environment parsers, ...) import them from here, never from a private module
+path, so that moving a module inside the package changes this file only.
+"""
+
+from watchdog_sync._cli.demo import SCENARIOS, run_demo
+from watchdog_sync._cli.probe import suggest_idle_timeout
+from watchdog_sync._core import config as config_module
+from watchdog_sync._core.config import env_int, env_seconds
+from watchdog_sync._core.durations import validate_duration
+from watchdog_sync._core.events import context_with_fields, emit, event_fields
+from watchdog_sync._core.scope import entry_scope
+from watchdog_sync._retry.classify import parse_retry_after
+from watchdog_sync._retry.policy import _Loop
+from watchdog_sync._sample import preload as sample_preload_module
+from watchdog_sync._transport.body import body_pieces
+from watchdog_sync._transport.framing import EventFramer
+from watchdog_sync._transport.http import _GUARD_ATTR, _ConnectionGuard, clip_timeout
+from watchdog_sync._transport.sse import _chunks, _FramedSSEClient
+
+__all__ = [
+    "SCENARIOS",
+    "_GUARD_ATTR",
+    "EventFramer",
+    "_ConnectionGuard",
+    "_FramedSSEClient",
+    "_Loop",
+    "_chunks",
+    "body_pieces",
+    "clip_timeout",
+    "config_module",
+    "context_with_fields",
+    "emit",
+    "entry_scope",
+    "env_int",
+    "env_seconds",
+    "event_fields",
+    "parse_retry_after",
+    "run_demo",
+    "sample_preload_module",
+    "suggest_idle_timeout",
+    "validate_duration",
+]

@@ -1,0 +1,1 @@
+"""cli: ``watchdog-sync demo | probe | gateway``; the top of the house."""

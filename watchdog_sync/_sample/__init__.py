@@ -1,0 +1,1 @@
+"""sample: run_sample, the signal.alarm replacement for harnesses (thread or process isolation)."""
