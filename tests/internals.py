@@ -13,7 +13,7 @@ from watchdog_sync._core.durations import validate_duration
 from watchdog_sync._core.events import context_with_fields, emit, event_fields
 from watchdog_sync._core.scope import entry_scope
 from watchdog_sync._retry.classify import parse_retry_after
-from watchdog_sync._retry.policy import _Loop
+from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._transport.body import body_pieces
 from watchdog_sync._transport.framing import EventFramer

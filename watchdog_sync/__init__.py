@@ -24,7 +24,8 @@ from ._core.events import Event, add_listener
 from ._core.scope import carry_budget, current_budget, deadline
 from ._retry.budget import RetryBudget
 from ._retry.classify import Classification, classify
-from ._retry.policy import RetryPolicy, retry_call, retrying
+from ._retry.loop import retry_call, retrying
+from ._retry.policy import RetryPolicy
 from ._sample.run import SampleResult, abandoned_workers, run_sample
 from ._transport.http import Session
 from ._transport.sse import SSEStream, stream_sse

@@ -17,7 +17,8 @@ from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.durations import Duration, validate_duration
 from .._core.redact import header_secrets
-from .._retry.policy import RetryPolicy, retry_call
+from .._retry.loop import retry_call
+from .._retry.policy import RetryPolicy
 from .._transport.http import Session
 from .call import STAGE, ChatCall, run_in_call
 from .complete import complete_once

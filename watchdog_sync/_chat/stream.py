@@ -24,7 +24,8 @@ from .._core.errors import (
 )
 from .._core.events import Event, context_with_fields, emit, event_fields
 from .._core.redact import excerpt
-from .._retry.policy import RetryPolicy, retry_call
+from .._retry.loop import retry_call
+from .._retry.policy import RetryPolicy
 from .._transport.sse import SSEStream, stream_sse
 from .._transport.stream import StreamStats
 from .call import STAGE, ChatCall, run_in_call

@@ -179,4 +179,3 @@ def main(argv: Optional[List[str]] = None) -> int:
     probe.set_defaults(run=_probe)
     args = parser.parse_args(argv)
     return int(args.run(args))
-

@@ -1,0 +1,430 @@
+"""The channel between a guarded stream's reader thread and its consumer.
+
+A daemon reader thread (``watchdog_sync-stream-reader``) iterates the source
+and appends items to a bounded buffer; the consumer takes whatever has
+accumulated in one batch and iterates it without locks. The consumer only
+ever waits when the buffer is empty, and then at most
+``min(idle limit, budget remaining)``. On an idle timeout or the budget's end
+the ``on_timeout`` hook shuts the source from outside (the reader is usually
+blocked in ``recv``) and the consumer raises at once.
+
+Hand-off protocol (CPython; the GIL orders each step below):
+
+- The reader moves items in rounds run in C: ``buf.extend(map(_PASS, gate, source))``
+  where ``gate`` is an iterator over a fresh list of ``room`` slots. ``map`` takes
+  a slot before each item, so a round ends after at most ``room`` items (the
+  buffer never holds more than ``max_buffered``), and it ends after the item in
+  flight as soon as somebody empties the gate list. Items appear in ``buf`` one
+  by one as the round goes.
+- The consumer, before it waits on an empty buffer, flags itself waiting,
+  empties the current gate, and looks at the buffer once more. Either it sees
+  the item, or the reader's round ends and the reader (now in Python, under the
+  lock) notifies it. While the consumer waits, the reader moves single items.
+- Ending the stream empties the gate too, and wakes a reader blocked on a full
+  buffer.
+
+Tested on CPython 3.9 to 3.13 with the GIL; free-threaded builds are not covered.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import operator
+import threading
+import time
+from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+
+from .._core import events as _events
+from .._core import scope as _scope
+from .._core.budget import Budget
+from .._core.config import ENV_IDLE_TIMEOUT
+from .._core.errors import Cancelled, StreamIdleTimeout
+from .stats import StreamStats
+
+__all__ = [
+    "DEFAULT_MAX_BUFFERED",
+    "READER_THREAD_NAME",
+    "Channel",
+    "close_quietly",
+]
+
+
+T = TypeVar("T")
+
+READER_THREAD_NAME = "watchdog_sync-stream-reader"
+DEFAULT_MAX_BUFFERED = 1024
+_JOIN_SECONDS = 1.0
+_WAIT_MAX = threading.TIMEOUT_MAX
+_NOTHING: Dict[None, Any] = {}
+_PASS = _NOTHING.get  # _PASS(slot, item) -> item, in C: lets map() pair gate slots with items
+
+_log = logging.getLogger("watchdog_sync")
+_monotonic = time.monotonic
+
+
+class Channel(Generic[T]):
+    """State shared by the consumer and the reader thread (never refers to the GuardedStream)."""
+
+    def __init__(
+        self,
+        *,
+        idle: Optional[float],
+        first: Optional[float],
+        first_named: bool,
+        budgets: List[Budget],
+        explicit: Optional[Budget],
+        on_timeout: Optional[Callable[[], object]],
+        max_buffered: int,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+        self._not_full = threading.Condition(self._lock)
+        self._buf: List[T] = []
+        self._max = max_buffered
+        self._gate: List[None] = []
+        self._consumer_waiting = False
+        self._reader_waiting = False
+        self._stopping = False
+        self._budget_ended = False
+        self._reader_done = False
+        self._reader_completed = False
+        self._reader_error: Optional[BaseException] = None
+        self._unblocked = False
+        self._on_timeout = on_timeout
+        self._idle = idle
+        self._first = first
+        self._first_named = first_named
+        self._budgets = budgets
+        self._explicit = explicit
+        self._stage = budgets[0].stage if budgets else None
+        self._unregister: List[Callable[[], None]] = []
+        self._ended_by: Optional[str] = None
+        self._ended_at: Optional[float] = None
+        self._first_at: Optional[float] = None
+        self._taken = 0  # items in the batches before the current one (consumer's own)
+        # (items before, current batch, its iterator): one tuple, so that stats read
+        # from another thread see a consistent triple.
+        self._current: Tuple[int, List[T], Iterator[T]] = (0, [], iter(()))
+        self._thread: Optional[threading.Thread] = None
+        self._created = _monotonic()
+
+    # -- starting ------------------------------------------------------------
+
+    def start(self, source: Iterable[T], iterator: Iterator[T]) -> None:
+        for budget in self._budgets:
+            self._unregister.append(budget.on_done(self._on_budget_done))
+        context = contextvars.copy_context()
+        thread = threading.Thread(
+            target=context.run,
+            args=(self._read, source, iterator),
+            name=READER_THREAD_NAME,
+            daemon=True,
+        )
+        self._thread = thread
+        thread.start()
+
+    # -- reader side -----------------------------------------------------------
+
+    def _read(self, source: Iterable[T], iterator: Iterator[T]) -> None:
+        error: Optional[BaseException] = None
+        completed = False
+        try:
+            completed = self._pump(iterator)
+        except (Exception, Cancelled) as exc:  # handed to the consumer, who raises it
+            error = exc
+        finally:
+            close_quietly(iterator)  # a generator can only be closed by its own thread
+            if source is not iterator:
+                close_quietly(source)
+            self._reader_exited(error, completed)
+            error = None  # break the traceback -> frame -> error cycle
+
+    def _pump(self, iterator: Iterator[T]) -> bool:
+        """Move items into the buffer. True when the source ended, False when told to stop."""
+        buf = self._buf
+        extend = buf.extend
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return True
+        self._first_at = _monotonic()
+        buf.append(item)
+        room = self._next_round()  # hands the first item over before announcing it
+        _events.emit(
+            _events.Event(
+                "first_byte",
+                stage=self._stage,
+                first_byte_ms=(self._first_at - self._created) * 1000.0,
+            )
+        )
+        while room >= 0:
+            if room == 0:  # the consumer waits (or little room is left): one item at a time
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return True
+                buf.append(item)
+            else:
+                gate = iter(self._gate)
+                extend(map(_PASS, gate, iterator))
+                if operator.length_hint(gate):  # slots left over: the source has ended
+                    return True
+            room = self._next_round()
+        return False
+
+    def _next_round(self) -> int:
+        """Between rounds: wake a waiting consumer, wait while full, open a new gate.
+
+        Returns the round's size, 0 for a single step, -1 to stop.
+        """
+        with self._lock:
+            if self._stopping:
+                return -1
+            if self._consumer_waiting and self._buf:
+                self._consumer_waiting = False
+                self._not_empty.notify()
+            while len(self._buf) >= self._max:
+                self._reader_waiting = True
+                self._not_full.wait()
+                self._reader_waiting = False
+                if self._stopping:
+                    return -1
+            room = self._max - len(self._buf)
+            if self._consumer_waiting or room < 2:
+                # A single step ends by itself; a gate of 1 could not tell the end of the
+                # source from a used-up gate.
+                return 0
+            self._gate = [None] * room
+            return room
+
+    def _reader_exited(self, error: Optional[BaseException], completed: bool) -> None:
+        with self._lock:
+            self._reader_done = True
+            self._reader_completed = completed
+            if not self._stopping:  # after the consumer gave up, a late error is dropped
+                self._reader_error = error
+            self._not_empty.notify()
+
+    # -- consumer side ---------------------------------------------------------
+
+    def next_batch(self) -> Optional[Iterator[T]]:
+        """Wait for buffered items and return an iterator over them; ``None`` at the end.
+
+        Raises the source's error, :class:`StreamIdleTimeout`, or ``Cancelled``
+        (converted when the explicit budget owns it).
+        """
+        before, batch, _ = self._current  # the chain only asks once the batch is used up
+        self._taken = before + len(batch)
+        self._current = (self._taken, [], iter(()))
+        wait_from: Optional[float] = None
+        while True:
+            outcome, wait_from = self._poll(wait_from)
+            if outcome is not None:
+                return outcome
+            # Something ended; act outside the lock (on_timeout and events run user code).
+            # The budget goes first, so a cancel wins over an idle timeout due at once.
+            if self._stopping:
+                return None
+            self._end_if_budget_ended()
+            if self._reader_done and not self._buf:
+                self._end_by_reader()
+                return None
+            if wait_from is not None and self._idle_left(wait_from, _monotonic()) <= 0:
+                self._end_by_idle(wait_from)
+
+    def _poll(self, wait_from: Optional[float]) -> Tuple[Optional[Iterator[T]], Optional[float]]:
+        """Take the buffered batch, waiting while it is empty; ``None`` when something ended."""
+        with self._lock:
+            while True:
+                if self._stopping or self._budget_ended:
+                    return None, wait_from
+                if any(budget.ended for budget in self._budgets):
+                    return None, wait_from
+                if self._buf:
+                    buf = self._buf
+                    count = len(buf)
+                    batch = buf[:count]
+                    del buf[:count]
+                    if self._reader_waiting:
+                        self._not_full.notify()
+                    items = iter(batch)
+                    self._current = (self._taken, batch, items)
+                    return items, wait_from
+                if self._reader_done:
+                    return None, wait_from
+                now = _monotonic()
+                if wait_from is None:
+                    wait_from = now
+                timeout = self._idle_left(wait_from, now)
+                if timeout <= 0:
+                    return None, wait_from
+                for budget in self._budgets:
+                    timeout = min(timeout, budget.remaining())
+                if timeout <= 0:
+                    continue  # the budget just ended: the check above reports it
+                self._consumer_waiting = True
+                self._gate.clear()  # the reader's round ends after the item in flight
+                if not self._buf:  # an item landed before the gate closed: take it instead
+                    self._not_empty.wait(None if math.isinf(timeout) else min(timeout, _WAIT_MAX))
+                self._consumer_waiting = False
+
+    def _idle_left(self, wait_from: float, now: float) -> float:
+        """Seconds until the idle (or first-item) limit; ``inf`` when disabled."""
+        if self._taken == 0:
+            return math.inf if self._first is None else self._created + self._first - now
+        return math.inf if self._idle is None else wait_from + self._idle - now
+
+    def _end_if_budget_ended(self) -> None:
+        for budget in self._budgets:
+            try:
+                budget.check()
+            except Cancelled as exc:
+                self._finish_cancelled(exc)
+                if self._explicit is not None and _scope.owns(self._explicit, exc):
+                    raise _scope.error_for(exc, stage=self._stage) from None
+                raise
+        self._budget_ended = False  # a stale wake-up: nothing has ended
+
+    def _finish_cancelled(self, exc: Cancelled) -> None:
+        self._finish("deadline" if exc.reason == "deadline_exceeded" else "cancelled")
+
+    def _end_by_reader(self) -> None:
+        error = self._reader_error
+        if error is None:
+            self._finish("completed" if self._reader_completed else "error")
+            if not self._reader_completed:
+                raise RuntimeError("the stream's reader thread ended without an outcome")
+            return
+        self._reader_error = None
+        try:
+            if isinstance(error, Cancelled):
+                self._finish_cancelled(error)
+                if self._explicit is not None and _scope.owns(self._explicit, error):
+                    raise _scope.error_for(error, stage=self._stage) from None
+            else:
+                self._finish("error")
+            raise error
+        finally:
+            error = None
+
+    def _end_by_idle(self, wait_from: Optional[float]) -> None:
+        now = _monotonic()
+        first_phase = self._taken == 0
+        limit = self._first if first_phase else self._idle
+        assert limit is not None and wait_from is not None
+        waited = now - (self._created if first_phase else wait_from)
+        self._finish("idle_timeout")
+        lifetime = now - self._created
+        if first_phase:
+            what = f"no first item within {waited:.2f}s of opening the stream"
+            knob = "first_item_timeout=" if self._first_named else "idle_timeout="
+        else:
+            what = f"no stream activity for {waited:.2f}s after {self._taken} chunks"
+            knob = "idle_timeout="
+        raise StreamIdleTimeout(
+            f"{what} (limit {limit:g}s, stream open {lifetime:.2f}s); if the source is "
+            f"legitimately this slow, raise {knob} (or the {ENV_IDLE_TIMEOUT} environment "
+            "variable)",
+            idle_timeout=limit,
+            chunks_received=self._taken,
+            stream_lifetime=lifetime,
+            stage=self._stage,
+            elapsed=lifetime,
+        )
+
+    # -- ending ----------------------------------------------------------------
+
+    def _finish(self, ended_by: str) -> None:
+        """Record the end (once), stop the reader, unblock the source, emit ``stream_end``."""
+        with self._lock:
+            if self._ended_by is not None:
+                return
+            self._ended_by = ended_by
+            self._ended_at = _monotonic()
+            self._stopping = True
+            self._gate.clear()
+            self._not_full.notify_all()
+            self._not_empty.notify_all()
+            unregister, self._unregister = self._unregister, []
+        for release in unregister:
+            release()
+        self._unblock()
+        _events.emit(
+            _events.Event(
+                "stream_end",
+                stage=self._stage,
+                reason=ended_by,
+                chunks_received=self.delivered(),
+                elapsed_ms=(self._ended_at - self._created) * 1000.0,
+            )
+        )
+
+    def _unblock(self) -> None:
+        """Call ``on_timeout`` once, if the reader may still be inside the source."""
+        with self._lock:
+            if self._unblocked or self._reader_done or self._on_timeout is None:
+                return
+            self._unblocked = True
+            callback = self._on_timeout
+        try:
+            callback()
+        except Exception:
+            _log.exception("watchdog_sync: the stream's on_timeout hook raised; ignored")
+
+    def _on_budget_done(self, budget: Budget) -> None:
+        """On the watchdog thread: the budget ended; wake the consumer, free the source."""
+        with self._lock:
+            self._budget_ended = True
+            self._not_empty.notify_all()
+        self._unblock()
+
+    def close(self, *, join: bool) -> None:
+        """End the stream (``'closed'``, or ``'completed'`` if everything was delivered).
+
+        With ``join``, wait (bounded) for the reader to exit, unless the stream had
+        already ended by a timeout, the budget or an error with the source unblocked
+        from outside: that reader is on its way out, and the caller, who is raising
+        the error, must not queue behind it for the GIL.
+        """
+        with self._lock:
+            join = join and not (self._ended_by is not None and self._unblocked)
+            everything_delivered = (
+                self._reader_done
+                and self._reader_completed
+                and not self._buf
+                and operator.length_hint(self._current[2]) == 0
+            )
+        self._finish("completed" if everything_delivered else "closed")
+        thread = self._thread
+        if not join or thread is None or thread is threading.current_thread():
+            return
+        thread.join(_JOIN_SECONDS)
+        if thread.is_alive():
+            _log.warning(
+                "watchdog_sync: the stream reader is still blocked in the source %.1fs after "
+                "close(); leaving the daemon thread behind (pass on_timeout= to unblock it)",
+                _JOIN_SECONDS,
+            )
+
+    # -- reading state -------------------------------------------------------
+
+    def delivered(self) -> int:
+        before, batch, items = self._current
+        return before + len(batch) - operator.length_hint(items)
+
+    def stats(self) -> StreamStats:
+        end = self._ended_at if self._ended_at is not None else _monotonic()
+        first = None if self._first_at is None else self._first_at - self._created
+        return StreamStats(self.delivered(), first, end - self._created, self._ended_by)
+
+
+def close_quietly(source: object) -> None:
+    close = getattr(source, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:
+        _log.exception("watchdog_sync: closing the stream's source raised; ignored")

@@ -1,0 +1,122 @@
+"""What the FaultGateway saw: SeenRequest snapshots and the records behind them."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import time
+import types
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+from ._scenarios import Scenario
+from ._wire import Request
+
+__all__ = ["Record", "Route", "SeenRequest", "wants_stream"]
+
+_SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key", "openai-api-key"}
+)
+_REDACTED = "<redacted>"
+
+
+@dataclass(frozen=True)
+class SeenRequest:
+    """One chat completion request the gateway received (a snapshot).
+
+    Attributes:
+        key: the run key of the ``base_url`` it was sent to.
+        scenario: the scenario name of that ``base_url``.
+        attempt: 1 for the first request to that ``base_url``, 2 for the next, ...
+        faulted: True if the scenario misbehaved, False if it answered like ``ok``
+            (``fail_first`` reached).
+        method: the HTTP method.
+        path: the request target, as sent.
+        stream: whether the body asked for a stream (``"stream": true``).
+        body: the parsed JSON body (a copy), or None if it was not JSON.
+        headers: the request headers, names lower-cased; secret ones
+            (Authorization, cookies, API-key headers) are replaced by ``"<redacted>"``.
+        request_id: the ``X-Request-ID`` header, if the client sent one.
+        arrived_at: ``time.monotonic()`` when the whole request had been read.
+        ended_at: ``time.monotonic()`` when the gateway finished with it, None while running.
+        client_disconnected: True if the client closed or reset the connection
+            before the gateway had finished the response.
+        status: the HTTP status sent, None if no status line was sent.
+    """
+
+    key: str
+    scenario: str
+    attempt: int
+    faulted: bool
+    method: str
+    path: str
+    stream: bool
+    body: Any
+    headers: Mapping[str, str]
+    request_id: Optional[str]
+    arrived_at: float
+    ended_at: Optional[float]
+    client_disconnected: bool
+    status: Optional[int]
+
+
+class Route:
+    """A ``base_url`` registered on the server: its scenario, options and attempt count."""
+
+    def __init__(
+        self, key: str, scenario: Scenario, options: Dict[str, Any], ok_options: Dict[str, Any]
+    ) -> None:
+        self.key = key
+        self.scenario = scenario
+        self.options = options
+        self.ok_options = ok_options
+        self.attempts = itertools.count(1)
+
+
+class Record:
+    """The mutable state behind a SeenRequest, guarded by the gateway's lock."""
+
+    def __init__(self, route: Route, attempt: int, faulted: bool, request: Request) -> None:
+        self.route = route
+        self.attempt = attempt
+        self.faulted = faulted
+        self.request = request
+        self.body = _parse_json(request.body)
+        self.arrived_at = time.monotonic()
+        self.ended_at: Optional[float] = None
+        self.client_disconnected = False
+        self.status: Optional[int] = None
+
+    def snapshot(self) -> SeenRequest:
+        headers = {
+            name: _REDACTED if name in _SECRET_HEADERS else value
+            for name, value in self.request.headers.items()
+        }
+        return SeenRequest(
+            key=self.route.key,
+            scenario=self.route.scenario.name,
+            attempt=self.attempt,
+            faulted=self.faulted,
+            method=self.request.method,
+            path=self.request.target,
+            stream=wants_stream(self.body),
+            body=copy.deepcopy(self.body),
+            headers=types.MappingProxyType(headers),
+            request_id=self.request.headers.get("x-request-id"),
+            arrived_at=self.arrived_at,
+            ended_at=self.ended_at,
+            client_disconnected=self.client_disconnected,
+            status=self.status,
+        )
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def wants_stream(body: Any) -> bool:
+    return isinstance(body, dict) and body.get("stream") is True
