@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 import pytest
 import requests
@@ -22,8 +22,13 @@ pytestmark = pytest.mark.timeout(30)
 STARTUP_SECONDS = 10.0  # a cold interpreter start on a loaded 2-core machine
 
 
-def read_urls(proc: subprocess.Popen[bytes]) -> Dict[str, str]:
-    """Read the command's output until every scenario's URL is printed (bounded)."""
+def read_urls(
+    proc: subprocess.Popen[bytes], anthropic: Optional[Dict[str, str]] = None
+) -> Dict[str, str]:
+    """Read the command's output until every scenario's URL is printed (bounded).
+
+    Returns the OpenAI base URLs; fills ``anthropic`` with the Anthropic ones.
+    """
     assert proc.stdout is not None
     wanted = set(FaultGateway.scenarios())
     urls: Dict[str, str] = {}
@@ -40,6 +45,8 @@ def read_urls(proc: subprocess.Popen[bytes]) -> Dict[str, str]:
             fields = line.split()
             if len(fields) >= 2 and fields[0] in wanted and fields[1].startswith("http://"):
                 urls[fields[0]] = fields[1]
+                if anthropic is not None and len(fields) >= 3 and fields[2].startswith("http://"):
+                    anthropic[fields[0]] = fields[2]
     return urls
 
 
@@ -76,6 +83,24 @@ def test_gateway_command_serves_every_scenario_and_stops_on_sigint(
     assert command.stdout is not None and command.stderr is not None
     assert b"stopped" in command.stdout.read()
     assert command.stderr.read() == b""
+
+
+def test_gateway_command_prints_an_anthropic_url_per_scenario(
+    command: subprocess.Popen[bytes],
+) -> None:
+    anthropic: Dict[str, str] = {}
+    urls = read_urls(command, anthropic)
+    assert set(anthropic) == set(urls)
+    assert all(not url.endswith("/v1") for url in anthropic.values())
+    response = requests.post(
+        anthropic["ok"] + "/v1/messages",
+        json={"messages": [], "max_tokens": 8, "stream": True},
+        headers={"Connection": "close"},
+        timeout=(2, 2),
+    )
+    assert response.content.rstrip().endswith(b'data: {"type":"message_stop"}')
+    command.send_signal(signal.SIGTERM)
+    assert command.wait(5) == 0
 
 
 def test_gateway_command_stops_on_sigterm_while_holding_a_connection(

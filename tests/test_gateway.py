@@ -578,6 +578,20 @@ def test_keepalive_only_without_stream_sends_whitespace(
     assert body and body.strip() == b""
 
 
+def test_pings_only_sends_named_ping_events_and_never_data(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    """The OpenAI form sends the same ``event: ping`` events as the Anthropic one."""
+    client = Raw(fault_gateway.base_url("pings_only", interval=0.1, framing="close"), STREAM)
+    raw.append(client)
+    data, closed = client.read_for(0.35)
+    body = split_response(data)[2]
+    ping = b'event: ping\ndata: {"type": "ping"}\n\n'
+    assert not closed
+    assert body.count(ping) >= 2
+    assert body.replace(ping, b"") == b""
+
+
 # -- broken streams ------------------------------------------------------------------------
 
 
@@ -661,6 +675,27 @@ def test_invalid_utf8_sends_bytes_that_do_not_decode(
     assert b"\xff\xfe" in content
     with pytest.raises(UnicodeDecodeError):
         content.decode("utf-8")
+
+
+def test_error_mid_stream_sends_chunks_then_an_error_data_line(
+    fault_gateway: FaultGateway, raw: List[Raw]
+) -> None:
+    client = Raw(fault_gateway.base_url("error_mid_stream", chunks=2), STREAM)
+    raw.append(client)
+    pieces, terminated = http_chunks(split_response(client.read_all())[2])
+    assert terminated
+    assert len(pieces) == 3
+    error = json.loads(pieces[-1][len(b"data: ") :])["error"]
+    assert error["type"] == "server_error" and error["message"]
+    assert b"[DONE]" not in b"".join(pieces)
+    with post(fault_gateway.base_url("error_mid_stream"), CHAT) as response:
+        assert response.status_code == 529
+
+
+def test_http529_is_overloaded_in_the_openai_shape(fault_gateway: FaultGateway) -> None:
+    with post(fault_gateway.base_url("http529"), STREAM) as response:
+        assert response.status_code == 529
+        assert response.json()["error"]["type"] == "server_error"
 
 
 # -- big events ----------------------------------------------------------------------------

@@ -62,9 +62,15 @@ def _gateway(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         print(f"FaultGateway on {gateway.url} (Ctrl-C to stop)", flush=True)
-        print("POST {base_url}/chat/completions; one base_url per scenario:", flush=True)
+        print(
+            "one base_url per scenario: OpenAI (POST {base_url}/chat/completions), then "
+            "Anthropic (POST {base_url}/v1/messages):",
+            flush=True,
+        )
         for name, summary in FaultGateway.scenarios().items():
-            print(f"  {name:<22} {gateway.base_url(name)}  # {summary}", flush=True)
+            openai_url = gateway.base_url(name)
+            anthropic_url = gateway.base_url(name, api="anthropic")
+            print(f"  {name:<22} {openai_url}  {anthropic_url}  # {summary}", flush=True)
         while not stop.wait(0.2):
             pass
     finally:
@@ -146,7 +152,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     demo.set_defaults(run=_demo)
     gateway = commands.add_parser(
         "gateway",
-        help="run the FaultGateway, a misbehaving OpenAI-compatible server, in the foreground",
+        help="run the FaultGateway (misbehaving OpenAI and Anthropic APIs) in the foreground",
         description="Run the FaultGateway in the foreground and print one base URL per "
         "scenario; Ctrl-C (SIGINT) or SIGTERM stops it.",
     )

@@ -1,4 +1,4 @@
-"""FaultGateway: an embedded OpenAI-compatible server that misbehaves on purpose."""
+"""FaultGateway: an embedded LLM server (OpenAI and Anthropic APIs) that misbehaves on purpose."""
 
 from __future__ import annotations
 
@@ -12,22 +12,28 @@ import time
 import types
 from typing import Any, Dict, List, Optional, Set, Type
 
-from . import _openai
+from . import _anthropic, _openai
+from ._call import Call
+from ._format import Rendering
 from ._records import Record, Route, SeenRequest, wants_stream
-from ._scenarios import Call, describe, resolve, run_ok
+from ._scenarios import describe, resolve, run_ok
 from ._wire import TICK, BadRequest, ClientGone, Connection, EndExchange, Exchange, Request, phrase
 
 __all__ = ["FaultGateway", "SeenRequest"]
 
-_ROUTE = re.compile(r"^/s/(?P<key>[A-Za-z0-9_.-]+)/v1/chat/completions/?$")
+_ROUTE = re.compile(r"^/s/(?P<key>[A-Za-z0-9_.-]+)/v1/(?P<endpoint>chat/completions|messages)/?$")
+_ENDPOINTS = {"openai": "chat/completions", "anthropic": "messages"}
 _STOP_SECONDS = 2.0
 
 
 class FaultGateway:
-    """An OpenAI-compatible chat completions server on loopback that misbehaves on purpose.
+    """An LLM server on loopback that misbehaves on purpose, in the OpenAI or Anthropic API.
 
     Each ``base_url(scenario, **options)`` is a fresh route with its own
-    attempt count; POST ``{base_url}/chat/completions`` to it. Everything the
+    attempt count; POST ``{base_url}/chat/completions`` to it (OpenAI chat
+    completions). ``base_url(scenario, api="anthropic")`` speaks the Anthropic
+    Messages API: the anthropic SDK takes that URL as its ``base_url`` and
+    POSTs ``{base_url}/v1/messages``. Everything the
     server does is bounded: it polls its sockets every 50 ms, so a held
     connection ends within a tick of the client disconnecting or of
     ``stop()``; ``stop()`` closes every connection and joins every thread.
@@ -169,28 +175,34 @@ class FaultGateway:
         scheme = "https" if self._tls is not None else "http"
         return f"{scheme}://{host}:{self.port}"
 
-    def base_url(self, scenario: str, **options: Any) -> str:
-        """Register a fresh route for ``scenario`` and return its base URL, ending in ``/v1``.
+    def base_url(self, scenario: str, *, api: str = "openai", **options: Any) -> str:
+        """Register a fresh route for ``scenario`` and return its base URL.
 
-        POST ``{base_url}/chat/completions`` with an OpenAI chat body;
-        ``"stream": true`` gets SSE, otherwise a ``chat.completion`` JSON.
-        Each call makes a new route with its own attempt count (for
-        ``fail_first``) and its own ``requests_seen``.
+        ``api="openai"`` (the default): the URL ends in ``/v1``; POST
+        ``{base_url}/chat/completions`` with an OpenAI chat body;
+        ``"stream": true`` gets SSE ``chat.completion.chunk`` events, otherwise
+        a ``chat.completion`` JSON. ``api="anthropic"``: the URL has no
+        ``/v1`` (as the anthropic SDK's ``base_url`` expects); POST
+        ``{base_url}/v1/messages`` with a Messages API body; ``"stream": true``
+        gets ``message_start`` ... ``message_stop`` events, otherwise a
+        ``message`` JSON; errors have Anthropic's shape. Each call makes a new
+        route with its own attempt count (for ``fail_first``) and its own
+        ``requests_seen``.
 
         Raises:
-            ValueError: unknown scenario or option (the message lists the valid
-                ones), or a bad option value.
+            ValueError: unknown scenario, API or option (the message lists the
+                valid ones), or a bad option value.
             TypeError: an option of the wrong type.
             RuntimeError: the gateway is not started.
         """
-        found, resolved, ok_options = resolve(scenario, options)
+        found, resolved, ok_options = resolve(scenario, options, api)
         url = self.url
         if self._stop.is_set():
             raise RuntimeError("the FaultGateway is stopped: create a new one")
         key = f"{scenario}-{next(self._names)}"
         with self._lock:
-            self._routes[key] = Route(key, found, resolved, ok_options)
-        return f"{url}/s/{key}/v1"
+            self._routes[key] = Route(key, found, resolved, ok_options, api)
+        return f"{url}/s/{key}/v1" if api == "openai" else f"{url}/s/{key}"
 
     @staticmethod
     def scenarios() -> Dict[str, str]:
@@ -198,7 +210,7 @@ class FaultGateway:
         return describe()
 
     def requests_seen(self, base_url_or_key: Optional[str] = None) -> List[SeenRequest]:
-        """Snapshots of the chat completion requests received, in arrival order.
+        """Snapshots of the requests received on routes (either API), in arrival order.
 
         Args:
             base_url_or_key: a URL returned by ``base_url`` (or its key) to see
@@ -275,12 +287,21 @@ class FaultGateway:
         match = _ROUTE.match(request.target.split("?", 1)[0])
         with self._lock:
             route = self._routes.get(match.group("key")) if match else None
+        api = "anthropic" if match and match.group("endpoint") == "messages" else "openai"
+        keep = self._keep_alive
         if route is None:
             message = f"no route {request.target!r}: use FaultGateway.base_url(scenario)"
-            return _answer_error(conn, 404, message, request, keep_alive=self._keep_alive)
+            return _answer_error(conn, 404, message, request, keep_alive=keep, api=api)
+        assert match is not None
+        if match.group("endpoint") != _ENDPOINTS[route.api]:
+            message = (
+                f"this route speaks api={route.api!r}: POST {{base_url}}"
+                f"{'/chat/completions' if route.api == 'openai' else '/v1/messages'}"
+            )
+            return _answer_error(conn, 404, message, request, keep_alive=keep, api=api)
         if request.method != "POST":
-            message = "use POST for chat completions"
-            return _answer_error(conn, 405, message, request, keep_alive=self._keep_alive)
+            message = f"use POST for {'chat completions' if api == 'openai' else 'messages'}"
+            return _answer_error(conn, 405, message, request, keep_alive=keep, api=api)
         with self._lock:
             attempt = next(route.attempts)
             fail_first = route.options.get("fail_first")
@@ -296,16 +317,13 @@ class FaultGateway:
             if not isinstance(record.body, dict):
                 exchange.status = 400
                 message = "the body is not a JSON object"
-                return _answer_error(conn, 400, message, request, keep_alive=self._keep_alive)
-            model = record.body.get("model")
+                return _answer_error(conn, 400, message, request, keep_alive=keep, api=api)
             call = Call(
                 exchange=exchange,
                 stream=wants_stream(record.body),
                 options=options,
                 body=record.body,
-                model=model if isinstance(model, str) else "fault-gateway",
-                ident=f"chatcmpl-{route.key}-{attempt}",
-                created=int(time.time()),
+                render=_rendering(route, attempt, record.body, options["usage"]),
             )
             (route.scenario.behavior if faulted else run_ok)(call)
         except ClientGone:
@@ -317,6 +335,16 @@ class FaultGateway:
                 record.ended_at = time.monotonic()
                 record.status = exchange.status
         return exchange.reusable
+
+
+def _rendering(route: Route, attempt: int, body: Any, usage: bool) -> Rendering:
+    """The wire format of ``route``'s answer to one request."""
+    model = body.get("model") if isinstance(body, dict) else None
+    name = model if isinstance(model, str) else "fault-gateway"
+    if route.api == "anthropic":
+        return _anthropic.AnthropicRendering(f"msg_{route.key}-{attempt}", name, body, usage=usage)
+    ident = f"chatcmpl-{route.key}-{attempt}"
+    return _openai.OpenAIRendering(ident, int(time.time()), name, body, usage=usage)
 
 
 def _key_of(base_url_or_key: str) -> str:
@@ -333,9 +361,13 @@ def _answer_error(
     request: Optional[Request] = None,
     *,
     keep_alive: bool = False,
+    api: str = "openai",
 ) -> bool:
-    """Send an OpenAI-style error; keep the connection only for a well-formed request."""
-    body = _openai.error_body(message, "invalid_request_error", None)
+    """Send an error in ``api``'s shape; keep the connection only for a well-formed request."""
+    if api == "anthropic":
+        body = _anthropic.error_body(message, _anthropic.error_type_for(status))
+    else:
+        body = _openai.error_body(message, "invalid_request_error", None)
     if request is not None:
         exchange = Exchange(conn, "chunked", request, "req-gateway", keep_alive=keep_alive)
         exchange.head(status, "application/json", length=len(body))

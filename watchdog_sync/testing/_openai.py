@@ -1,34 +1,15 @@
-"""The OpenAI-compatible payloads the FaultGateway sends: chunks, completions, error bodies."""
+"""The OpenAI chat completions wire format of the FaultGateway: chunks, completions, errors."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Optional
 
-__all__ = [
-    "completion",
-    "content_pieces",
-    "error_body",
-    "finish_chunk",
-    "sse_data",
-    "text_chunk",
-    "usage_for",
-]
+from ._format import Event, dumps
 
+__all__ = ["OpenAIRendering", "error_body", "usage_for"]
 
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def sse_data(payload: bytes) -> bytes:
-    """One SSE event carrying ``payload`` on a single ``data:`` line."""
-    return b"data: " + payload + b"\n\n"
-
-
-def content_pieces(text: str, count: int) -> List[str]:
-    """Split ``text`` into ``count`` consecutive pieces (some may be empty) that join to it."""
-    size = len(text)
-    return [text[i * size // count : (i + 1) * size // count] for i in range(count)]
+_DONE: Event = (None, b"[DONE]")
+_MALFORMED = b'data: {"id": "malformed", "choices": [\n\n'
 
 
 def usage_for(body: Any, text: str) -> Dict[str, int]:
@@ -48,65 +29,76 @@ def usage_for(body: Any, text: str) -> Dict[str, int]:
     }
 
 
-def _chunk(ident: str, created: int, model: str, choice: Dict[str, Any]) -> Dict[str, Any]:
-    return {
-        "id": ident,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [choice],
-    }
-
-
-def text_chunk(ident: str, created: int, model: str, content: str, *, first: bool) -> bytes:
-    """A ``chat.completion.chunk`` JSON carrying ``content`` (and the role when ``first``)."""
-    delta: Dict[str, Any] = (
-        {"role": "assistant", "content": content} if first else {"content": content}
-    )
-    return _dumps(
-        _chunk(ident, created, model, {"index": 0, "delta": delta, "finish_reason": None})
-    )
-
-
-def finish_chunk(
-    ident: str, created: int, model: str, usage: Optional[Dict[str, int]], *, first: bool
-) -> bytes:
-    """The last chunk: an empty delta, ``finish_reason: "stop"`` and ``usage`` if given."""
-    delta: Dict[str, Any] = {"role": "assistant"} if first else {}
-    payload = _chunk(ident, created, model, {"index": 0, "delta": delta, "finish_reason": "stop"})
-    if usage is not None:
-        payload["usage"] = usage
-    return _dumps(payload)
-
-
-def completion(
-    ident: str,
-    created: int,
-    model: str,
-    content: str,
-    usage: Optional[Dict[str, int]],
-    *,
-    finish_reason: Optional[str] = "stop",
-) -> bytes:
-    """A non-streaming ``chat.completion`` JSON body."""
-    payload: Dict[str, Any] = {
-        "id": ident,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": finish_reason,
-            }
-        ],
-    }
-    if usage is not None:
-        payload["usage"] = usage
-    return _dumps(payload)
-
-
 def error_body(message: str, error_type: str, code: Optional[str]) -> bytes:
     """An OpenAI-style error body: ``{"error": {"message", "type", "param", "code"}}``."""
-    return _dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}})
+    return dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}})
+
+
+class OpenAIRendering:
+    """``chat.completion.chunk`` events ended by ``data: [DONE]``; ``chat.completion`` bodies.
+
+    The first chunk carries ``"role": "assistant"``; the last one
+    ``finish_reason: "stop"`` and the ``usage`` (if ``usage``).
+    """
+
+    def __init__(self, ident: str, created: int, model: str, body: Any, *, usage: bool) -> None:
+        self._ident = ident
+        self._created = created
+        self._model = model
+        self._body = body
+        self._usage = usage
+        self._started = False
+
+    def _chunk(self, delta: Dict[str, Any], finish_reason: Optional[str]) -> Dict[str, Any]:
+        if not self._started:
+            delta = {"role": "assistant", **delta}
+            self._started = True
+        return {
+            "id": self._ident,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+
+    def _usage_of(self, text: str) -> Optional[Dict[str, int]]:
+        return usage_for(self._body, text) if self._usage else None
+
+    def text(self, piece: str) -> List[Event]:
+        return [(None, dumps(self._chunk({"content": piece}, None)))]
+
+    def finish(self, text: str) -> List[Event]:
+        payload = self._chunk({}, "stop")
+        usage = self._usage_of(text)
+        if usage is not None:
+            payload["usage"] = usage
+        return [(None, dumps(payload)), _DONE]
+
+    def completion(self, content: str, *, finished: bool = True) -> bytes:
+        payload: Dict[str, Any] = {
+            "id": self._ident,
+            "object": "chat.completion",
+            "created": self._created,
+            "model": self._model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop" if finished else None,
+                }
+            ],
+        }
+        usage = self._usage_of(content)
+        if usage is not None:
+            payload["usage"] = usage
+        return dumps(payload)
+
+    def error_body(self, message: str, error_type: str, code: Optional[str]) -> bytes:
+        return error_body(message, error_type, code)
+
+    def error_event(self, message: str, error_type: str, code: Optional[str]) -> Event:
+        """``data: {"error": {...}}``: how OpenAI-compatible servers fail mid-stream."""
+        return (None, error_body(message, error_type, code))
+
+    def malformed(self) -> bytes:
+        return _MALFORMED

@@ -23,11 +23,13 @@ _REDACTED = "<redacted>"
 
 @dataclass(frozen=True)
 class SeenRequest:
-    """One chat completion request the gateway received (a snapshot).
+    """One request the gateway received on a route (a snapshot).
 
     Attributes:
         key: the run key of the ``base_url`` it was sent to.
         scenario: the scenario name of that ``base_url``.
+        api: that ``base_url``'s wire format: ``"openai"`` (chat completions) or
+            ``"anthropic"`` (Messages API).
         attempt: 1 for the first request to that ``base_url``, 2 for the next, ...
         faulted: True if the scenario misbehaved, False if it answered like ``ok``
             (``fail_first`` reached).
@@ -47,6 +49,7 @@ class SeenRequest:
 
     key: str
     scenario: str
+    api: str
     attempt: int
     faulted: bool
     method: str
@@ -62,13 +65,19 @@ class SeenRequest:
 
 
 class Route:
-    """A ``base_url`` registered on the server: its scenario, options and attempt count."""
+    """A ``base_url`` registered on the server: its scenario, API, options and attempt count."""
 
     def __init__(
-        self, key: str, scenario: Scenario, options: Dict[str, Any], ok_options: Dict[str, Any]
+        self,
+        key: str,
+        scenario: Scenario,
+        options: Dict[str, Any],
+        ok_options: Dict[str, Any],
+        api: str = "openai",
     ) -> None:
         self.key = key
         self.scenario = scenario
+        self.api = api
         self.options = options
         self.ok_options = ok_options
         self.attempts = itertools.count(1)
@@ -96,6 +105,7 @@ class Record:
         return SeenRequest(
             key=self.route.key,
             scenario=self.route.scenario.name,
+            api=self.route.api,
             attempt=self.attempt,
             faulted=self.faulted,
             method=self.request.method,

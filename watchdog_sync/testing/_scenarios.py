@@ -1,7 +1,8 @@
-"""The FaultGateway's named scenarios: what each one does to a chat completion request.
+"""The FaultGateway's named scenarios: what each one does to a request, in either API.
 
-A behaviour writes to an :class:`~._wire.Exchange` and may hold the connection
-with ``conn.wait()``; it ends when it returns, or when the client disconnects
+A behaviour writes to a :class:`~._call.Call` (its rendering spells the
+answer in the route's API, OpenAI or Anthropic) and may hold the connection
+with ``call.wait()``; it ends when it returns, or when the client disconnects
 or the gateway stops (``ClientGone`` / ``Stopping`` raised from a wait or a
 send).
 """
@@ -12,83 +13,18 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-from . import _openai
+from ._anthropic import PING
+from ._call import JSON, Call
+from ._format import APIS, frame
 from ._options import check_options
-from ._wire import Exchange
 
-__all__ = ["Call", "Scenario", "describe", "resolve", "run_ok"]
+__all__ = ["Scenario", "describe", "resolve", "run_ok"]
 
-_EVENT_STREAM = "text/event-stream"
-_JSON = "application/json"
-_DONE = b"data: [DONE]\n\n"
 _KEEPALIVE = b": keep-alive\n\n"
-_MALFORMED = b'data: {"id": "malformed", "choices": [\n\n'
 _MARKER = "\x00MARK\x00"
 _MARKER_JSON = b"\\u0000MARK\\u0000"
 _INVALID_UTF8 = b"bad \xff\xfe\xfd bytes"
 DEFAULT_TEXT = "Hello from the watchdog_sync fault gateway."
-
-
-@dataclass(frozen=True)
-class Call:
-    """One request being answered: where to write and what was asked."""
-
-    exchange: Exchange
-    stream: bool
-    options: Mapping[str, Any]
-    body: Any
-    model: str
-    ident: str
-    created: int
-
-    def wait(self, seconds: Optional[float]) -> None:
-        """Hold the connection (``None``: until the client leaves or the gateway stops)."""
-        self.exchange.conn.wait(seconds)
-
-    def usage(self, text: str) -> Optional[Dict[str, int]]:
-        """The ``usage`` object to send, or ``None`` if the ``usage`` option is off."""
-        return _openai.usage_for(self.body, text) if self.options["usage"] else None
-
-    def completion(self, content: str, finish_reason: Optional[str] = "stop") -> bytes:
-        """The non-streaming body for ``content``."""
-        return _openai.completion(
-            self.ident,
-            self.created,
-            self.model,
-            content,
-            self.usage(content),
-            finish_reason=finish_reason,
-        )
-
-    def open_stream(self) -> None:
-        """Send 200 and the SSE headers."""
-        self.exchange.head(200, _EVENT_STREAM)
-
-    def send_chunks(self, count: int, interval: float) -> None:
-        """Send ``count`` content chunks carrying the ``text`` option, ``interval`` apart."""
-        for index, piece in enumerate(_openai.content_pieces(self.options["text"], count)):
-            if index:
-                self.wait(interval)
-            chunk = _openai.text_chunk(
-                self.ident, self.created, self.model, piece, first=index == 0
-            )
-            self.exchange.write(_openai.sse_data(chunk))
-
-    def end_stream(self, chunks_sent: int) -> None:
-        """Send the finish chunk (with ``usage``), ``[DONE]``, and end the body."""
-        text = self.options["text"] if chunks_sent else ""
-        last = _openai.finish_chunk(
-            self.ident, self.created, self.model, self.usage(text), first=chunks_sent == 0
-        )
-        self.exchange.write(_openai.sse_data(last))
-        self.exchange.write(_DONE)
-        self.exchange.finish()
-
-    def send_body(self, body: bytes) -> None:
-        """Send a complete ``application/json`` body with Content-Length."""
-        self.exchange.head(200, _JSON, length=len(body))
-        self.exchange.write(body)
-        self.exchange.finish()
 
 
 Behavior = Callable[[Call], None]
@@ -121,13 +57,13 @@ def _silent_after_200(call: Call) -> None:
         call.open_stream()
     else:
         body = call.completion(call.options["text"])
-        call.exchange.head(200, _JSON, length=len(body))
+        call.exchange.head(200, JSON, length=len(body))
     call.wait(None)
 
 
 def _half_body(call: Call) -> None:
     body = call.completion(call.options["text"])
-    call.exchange.head(200, _JSON, length=len(body))
+    call.exchange.head(200, JSON, length=len(body))
     call.exchange.write(body[: len(body) // 2])
 
 
@@ -144,7 +80,7 @@ def _slow_drip(call: Call) -> None:
     interval = call.options["interval"]
     if not call.stream:
         body = call.completion(call.options["text"])
-        call.exchange.head(200, _JSON, length=len(body))
+        call.exchange.head(200, JSON, length=len(body))
         for index in range(len(body)):
             call.exchange.write(body[index : index + 1])
             call.wait(interval)
@@ -155,22 +91,27 @@ def _slow_drip(call: Call) -> None:
     for index, word in enumerate(itertools.cycle(words)):
         if index:
             call.wait(interval)
-        chunk = _openai.text_chunk(
-            call.ident, call.created, call.model, word + " ", first=index == 0
-        )
-        call.exchange.write(_openai.sse_data(chunk))
+        call.send_events(call.render.text(word + " "))
 
 
-def _keepalive_only(call: Call) -> None:
+def _beats(call: Call, beat: bytes) -> None:
+    """Send ``beat`` every interval on an SSE stream (whitespace on a JSON body), forever."""
     if call.stream:
         call.open_stream()
-        beat = _KEEPALIVE
     else:
-        call.exchange.head(200, _JSON)
+        call.exchange.head(200, JSON)
         beat = b" "
     while True:
         call.exchange.write(beat)
         call.wait(call.options["interval"])
+
+
+def _keepalive_only(call: Call) -> None:
+    _beats(call, _KEEPALIVE)
+
+
+def _pings_only(call: Call) -> None:
+    _beats(call, frame(PING))
 
 
 def _no_headers(call: Call) -> None:
@@ -191,22 +132,39 @@ def _reset_mid_stream(call: Call) -> None:
     call.exchange.conn.reset()
 
 
+def _error_body(call: Call) -> bytes:
+    options = call.options
+    return call.render.error_body(options["message"], options["type"], options.get("code"))
+
+
 def _http_error(call: Call) -> None:
     options = call.options
-    body = _openai.error_body(options["message"], options["type"], options["code"])
+    body = _error_body(call)
     headers: Dict[str, str] = {}
     if options["retry_after"] is not None:
         headers["Retry-After"] = options["retry_after"]
     if options["retry_after_ms"] is not None:
         headers["retry-after-ms"] = str(options["retry_after_ms"])
-    call.exchange.head(options["status"], _JSON, length=len(body), headers=headers)
+    call.exchange.head(options["status"], JSON, length=len(body), headers=headers)
     call.exchange.write(body)
+    call.exchange.finish()
+
+
+def _error_mid_stream(call: Call) -> None:
+    if not call.stream:
+        _http_error(call)
+        return
+    options = call.options
+    call.open_stream()
+    call.send_chunks(options["chunks"], options["interval"])
+    error = call.render.error_event(options["message"], options["type"], options.get("code"))
+    call.send_events([error])
     call.exchange.finish()
 
 
 def _no_finish_reason(call: Call) -> None:
     if not call.stream:
-        call.send_body(call.completion(call.options["text"], finish_reason=None))
+        call.send_body(call.completion(call.options["text"], finished=False))
         return
     call.open_stream()
     call.send_chunks(call.options["chunks"], call.options["interval"])
@@ -220,7 +178,7 @@ def _malformed_json(call: Call) -> None:
         return
     call.open_stream()
     call.send_chunks(call.options["chunks"], call.options["interval"])
-    call.exchange.write(_MALFORMED)
+    call.exchange.write(call.render.malformed())
     call.end_stream(call.options["chunks"])
 
 
@@ -231,8 +189,8 @@ def _invalid_utf8(call: Call) -> None:
     call.open_stream()
     chunks = call.options["chunks"]
     call.send_chunks(chunks, call.options["interval"])
-    chunk = _openai.text_chunk(call.ident, call.created, call.model, _MARKER, first=chunks == 0)
-    call.exchange.write(_openai.sse_data(chunk.replace(_MARKER_JSON, _INVALID_UTF8)))
+    *opening, (name, payload) = call.render.text(_MARKER)
+    call.send_events([*opening, (name, payload.replace(_MARKER_JSON, _INVALID_UTF8))])
     call.end_stream(chunks)
 
 
@@ -250,33 +208,29 @@ def _write_filler(
         call.exchange.write(before + filler[:rest] + after)
 
 
-def _envelope(call: Call, first: bool) -> Tuple[bytes, bytes]:
-    """The JSON before and after the content of a chunk (or completion when not streaming)."""
-    if call.stream:
-        payload = _openai.text_chunk(call.ident, call.created, call.model, _MARKER, first=first)
-    else:
-        payload = call.completion(_MARKER)
-    before, _, after = payload.partition(_MARKER_JSON)
-    return before, after
+def _event_head(name: Optional[str]) -> bytes:
+    return b"" if name is None else b"event: " + name.encode("ascii") + b"\n"
 
 
 def _huge_line(call: Call) -> None:
     size, piece = call.options["size"], call.options["piece"]
-    chunks = call.options["chunks"] if call.stream else 0
-    before, after = _envelope(call, first=chunks == 0)
-    filler = max(0, size - len(before) - len(after))
-    if call.stream:
-        call.open_stream()
-        call.send_chunks(chunks, call.options["interval"])
-        call.exchange.write(b"data: " + before)
-    else:
-        call.exchange.head(200, _JSON, length=len(before) + filler + len(after))
-        call.exchange.write(before)
-    _write_filler(call, filler, b"x" * piece)
     if not call.stream:
+        before, _, after = call.completion(_MARKER).partition(_MARKER_JSON)
+        filler = max(0, size - len(before) - len(after))
+        call.exchange.head(200, JSON, length=len(before) + filler + len(after))
+        call.exchange.write(before)
+        _write_filler(call, filler, b"x" * piece)
         call.exchange.write(after)
         call.exchange.finish()
         return
+    chunks = call.options["chunks"]
+    call.open_stream()
+    call.send_chunks(chunks, call.options["interval"])
+    *opening, (name, payload) = call.render.text(_MARKER)
+    call.send_events(opening)
+    before, _, after = payload.partition(_MARKER_JSON)
+    call.exchange.write(_event_head(name) + b"data: " + before)
+    _write_filler(call, max(0, size - len(before) - len(after)), b"x" * piece)
     call.exchange.write(after + b"\n\n")
     call.end_stream(chunks)
 
@@ -286,10 +240,11 @@ def _oversized_event(call: Call) -> None:
         _huge_line(call)
         return
     size, piece, chunks = call.options["size"], call.options["piece"], call.options["chunks"]
-    whole = _openai.text_chunk(call.ident, call.created, call.model, "", first=chunks == 0)
     call.open_stream()
     call.send_chunks(chunks, call.options["interval"])
-    call.exchange.write(b"data: " + whole[:-1] + b"\n")
+    *opening, (name, whole) = call.render.text("")
+    call.send_events(opening)
+    call.exchange.write(_event_head(name) + b"data: " + whole[:-1] + b"\n")
     # JSON allows whitespace between tokens: lines of spaces keep the event one valid JSON value.
     _write_filler(call, max(0, size - len(whole)), b" " * piece, b"data:", b"\n")
     call.exchange.write(b"data: }\n\n")
@@ -330,6 +285,13 @@ _E500 = _http(*_500)
 _E503 = _http(503, "The engine is currently overloaded, retry later.", "server_error", None)
 _E502 = _http(502, "Bad gateway (FaultGateway http_error).", "server_error", None)
 _ANY_STATUS: Tuple[Dict[str, Any], Dict[str, Any]] = ({**_E502[0], "status": 502}, {})
+_E529 = _http(
+    529, "The server is overloaded (FaultGateway http529), retry later.", "server_error", None
+)
+_MID = _http(
+    529, "The server had an error while streaming (FaultGateway error_mid_stream).",
+    "server_error", None, **_CHUNKS,
+)  # fmt: skip
 
 _TABLE: Tuple[Tuple[str, str, Behavior, Dict[str, Any], Dict[str, Any]], ...] = (
     ("ok", "a normal stream or completion", run_ok, {**_COMMON, "chunks": 5, "interval": 0.02}, {}),
@@ -338,16 +300,20 @@ _TABLE: Tuple[Tuple[str, str, Behavior, Dict[str, Any], Dict[str, Any]], ...] = 
     ("slow_drip", "a chunk every interval, forever", _slow_drip, {**_FAULT, "interval": 0.5}, {}),
     ("keepalive_only", "SSE comments every interval, never data", _keepalive_only,
      {**_FAULT, "interval": 0.5}, {}),
+    ("pings_only", "event: ping every interval, never data", _pings_only,
+     {**_FAULT, "interval": 0.5}, {}),
     ("no_headers", "reads the request, never answers", _no_headers, _FAULT, {}),
     ("reset_before_headers", "reads the request, then TCP RST", _reset_before_headers, _FAULT, {}),
     ("reset_mid_stream", "some chunks, then TCP RST", _reset_mid_stream, {**_FAULT, **_CHUNKS}, {}),
-    ("http400", "400 with an OpenAI error body", _http_error, *_E400),
-    ("http401", "401 with an OpenAI error body", _http_error, *_E401),
+    ("error_mid_stream", "some chunks, then an error event", _error_mid_stream, *_MID),
+    ("http400", "400 with an error body", _http_error, *_E400),
+    ("http401", "401 with an error body", _http_error, *_E401),
     ("http429", "429 with Retry-After", _http_error, *_E429),
-    ("http500", "500 with an OpenAI error body", _http_error, *_E500),
-    ("http503", "503 with an OpenAI error body", _http_error, *_E503),
+    ("http500", "500 with an error body", _http_error, *_E500),
+    ("http503", "503 with an error body", _http_error, *_E503),
+    ("http529", "529 overloaded", _http_error, *_E529),
     ("http_error", "any status (option status)", _http_error, *_ANY_STATUS),
-    ("no_finish_reason", "chunks, then a clean end without finish_reason or [DONE]",
+    ("no_finish_reason", "chunks, then a clean end without the terminal event",
      _no_finish_reason, {**_FAULT, **_CHUNKS, "chunks": 5}, {}),
     ("malformed_json", "a data: line that is not JSON", _malformed_json,
      {**_FAULT, **_CHUNKS, "chunks": 1}, {}),
@@ -365,6 +331,23 @@ _TABLE: Tuple[Tuple[str, str, Behavior, Dict[str, Any], Dict[str, Any]], ...] = 
      *_http(*_429, retry_after="1", fail_first=1)),
 )  # fmt: skip
 
+# The Anthropic spelling of the error fields (Anthropic errors have no ``code``).
+_ANTHROPIC_ERRORS: Dict[str, Tuple[str, str]] = {
+    "error_mid_stream": ("Overloaded (FaultGateway error_mid_stream).", "overloaded_error"),
+    "http400": ("Invalid request (FaultGateway http400).", "invalid_request_error"),
+    "http401": ("invalid x-api-key (FaultGateway http401).", "authentication_error"),
+    "http429": ("Rate limit reached (FaultGateway http429), retry later.", "rate_limit_error"),
+    "http500": ("Internal server error (FaultGateway http500).", "api_error"),
+    "http503": ("Service unavailable (FaultGateway http503).", "api_error"),
+    "http529": ("Overloaded (FaultGateway http529).", "overloaded_error"),
+    "http_error": ("Bad gateway (FaultGateway http_error).", "api_error"),
+    "http500_then_ok": ("Internal server error (FaultGateway http500).", "api_error"),
+    "http429_then_ok": (
+        "Rate limit reached (FaultGateway http429), retry later.",
+        "rate_limit_error",
+    ),
+}
+
 _SCENARIOS: Dict[str, Scenario] = {
     name: Scenario(name, summary, behavior, defaults, fixed)
     for name, summary, behavior, defaults, fixed in _TABLE
@@ -377,20 +360,33 @@ def describe() -> Dict[str, str]:
     return {name: scenario.summary for name, scenario in _SCENARIOS.items()}
 
 
-def resolve(name: str, given: Mapping[str, Any]) -> Tuple[Scenario, Dict[str, Any], Dict[str, Any]]:
-    """Check a scenario name and its options.
+def _defaults(scenario: Scenario, api: str) -> Dict[str, Any]:
+    """The options ``scenario`` accepts in ``api``, with their defaults."""
+    defaults = dict(scenario.defaults)
+    if api == "anthropic" and scenario.name in _ANTHROPIC_ERRORS:
+        del defaults["code"]
+        defaults["message"], defaults["type"] = _ANTHROPIC_ERRORS[scenario.name]
+    return defaults
+
+
+def resolve(
+    name: str, given: Mapping[str, Any], api: str = "openai"
+) -> Tuple[Scenario, Dict[str, Any], Dict[str, Any]]:
+    """Check a scenario name, the API and the options.
 
     Returns the scenario, its resolved options (fixed settings included) and
     the options of the ``ok`` behaviour used once ``fail_first`` is reached.
-    Raises ``ValueError`` listing the valid names or options, ``TypeError`` /
-    ``ValueError`` for a bad option value.
+    Raises ``ValueError`` listing the valid names, APIs or options,
+    ``TypeError`` / ``ValueError`` for a bad option value.
     """
     if not isinstance(name, str):
         raise TypeError(f"scenario must be a str, not {type(name).__name__}")
+    if api not in APIS:
+        raise ValueError(f"unknown api {api!r}; valid apis: {', '.join(map(repr, APIS))}")
     scenario = _SCENARIOS.get(name)
     if scenario is None:
         raise ValueError(f"unknown scenario {name!r}; valid scenarios: {', '.join(_SCENARIOS)}")
-    options = check_options(name, scenario.defaults, given)
+    options = check_options(name, _defaults(scenario, api), given)
     if name == "ok":
         return scenario, options, options
     base = _SCENARIOS["ok"].defaults
