@@ -11,6 +11,7 @@ from watchdog_sync._core import config as config_module
 from watchdog_sync._core.config import env_int, env_seconds
 from watchdog_sync._core.durations import validate_duration
 from watchdog_sync._core.events import context_with_fields, emit, event_fields
+from watchdog_sync._core.redact import excerpt
 from watchdog_sync._core.scope import entry_scope
 from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
@@ -37,6 +38,7 @@ __all__ = [
     "env_int",
     "env_seconds",
     "event_fields",
+    "excerpt",
     "parse_retry_after",
     "run_demo",
     "sample_preload_module",

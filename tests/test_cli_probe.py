@@ -72,7 +72,7 @@ def test_probe_sends_the_key_from_the_named_variable_and_never_prints_it(
     captured = capsys.readouterr()
     assert "sk-probe-secret" not in captured.out + captured.err
     seen = fault_gateway.requests_seen(url)
-    assert seen and seen[0].headers.get("authorization") == "<redacted>"
+    assert seen and seen[0].headers.get("authorization") == "[REDACTED]"
 
 
 def test_probe_argument_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

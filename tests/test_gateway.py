@@ -476,7 +476,7 @@ def test_requests_seen_records_body_request_id_and_redacts_secrets(
     assert record.body == STREAM
     assert record.request_id == "rid-1"
     assert record.path.endswith("/v1/chat/completions")
-    assert record.headers["authorization"] == "<redacted>"
+    assert record.headers["authorization"] == "[REDACTED]"
     assert "sk-secret" not in repr(record)
     assert record.arrived_at <= (record.ended_at or 0)
     assert not record.client_disconnected

@@ -324,7 +324,7 @@ def test_requests_seen_redacts_the_sdks_and_raw_api_key_headers(
     assert status == 200
     seen = fault_gateway.requests_seen()
     assert len(seen) == 2 and all(r.api == "anthropic" for r in seen)
-    assert seen[1].headers["x-api-key"] == "<redacted>"
+    assert seen[1].headers["x-api-key"] == "[REDACTED]"
     assert "secret" not in repr(seen)
     assert fault_gateway.requests_seen(base) == [seen[1]]
 

@@ -148,6 +148,6 @@ def test_the_gateway_saw_the_credentials_and_records_them_redacted(
     with ChatClient(base, KEY, model="m", headers={"X-Api-Key": KEY}) as client:
         client.complete(MESSAGES)
     (seen,) = fault_gateway.requests_seen(base)
-    assert seen.headers["authorization"] == "<redacted>"
-    assert seen.headers["x-api-key"] == "<redacted>"
+    assert seen.headers["authorization"] == "[REDACTED]"
+    assert seen.headers["x-api-key"] == "[REDACTED]"
     assert KEY not in repr(seen)

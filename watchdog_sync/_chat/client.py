@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.durations import Duration, validate_duration
-from .._core.redact import header_secrets
+from .._core.redact import clean_headers, clean_secret, header_secrets, safe_url
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
 from .._transport.http import Session
@@ -45,7 +45,10 @@ class ChatClient:
             ``https://api.openai.com/v1``); requests go to
             ``{base_url}/chat/completions``. No credentials, query or fragment.
         api_key: sent as ``Authorization: Bearer <api_key>``; never shown in
-            reprs, errors, events or logs.
+            reprs, errors, events or logs. Surrounding whitespace and invisible
+            characters (a newline from a file, a BOM, U+200B) are stripped; one
+            left inside is a ``ValueError`` (which does not show the key). The
+            same holds for credential headers in ``headers``.
         model: the default model; a call's ``model=`` overrides it.
         timeout: the whole call's budget in seconds, shared by every attempt,
             backoff and read (default ``WATCHDOG_SYNC_TIMEOUT`` or 600 s;
@@ -66,6 +69,11 @@ class ChatClient:
             :meth:`close`.
         headers: extra request headers, sent with every call (they override
             the client's own; an ``X-Request-ID`` here is used for every call).
+
+    Redirects are not followed: a 3xx answer to the POST is an
+    :class:`HTTPStatusError` (``reason='redirect'``, not retryable) naming the
+    Location, since following it would send the prompt and the credentials
+    elsewhere (307/308) or turn the POST into a GET (301/302/303).
 
     On timeout: a call whose own budget (``timeout``, ``budget=``) runs out
     raises :class:`DeadlineExceeded`; the end of an enclosing ``deadline()``
@@ -332,7 +340,9 @@ def _check_base_url(base_url: Any) -> str:
     except ValueError:
         port_ok = False
     if not port_ok or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"base_url must be an http:// or https:// URL {example}, got {text!r}")
+        raise ValueError(
+            f"base_url must be an http:// or https:// URL {example}, got {safe_url(text)!r}"
+        )
     if parts.username is not None or parts.password is not None:
         raise ValueError(
             "base_url must not contain credentials (user:password@): pass the key as api_key="
@@ -344,7 +354,8 @@ def _check_base_url(base_url: Any) -> str:
     text = text.rstrip("/")
     if text.endswith(_ENDPOINT):
         raise ValueError(
-            f"base_url must stop before {_ENDPOINT} (the client adds it), {example}, got {text!r}"
+            f"base_url must stop before {_ENDPOINT} (the client adds it), {example}, "
+            f"got {safe_url(text)!r}"
         )
     return text
 
@@ -354,9 +365,7 @@ def _check_api_key(api_key: Any) -> Optional[str]:
         return None
     if not isinstance(api_key, str):
         raise TypeError(f"api_key must be a str or None, not {type(api_key).__name__}")
-    if not api_key or any(c.isspace() or ord(c) < 32 for c in api_key):
-        raise ValueError("api_key must be a non-empty string without spaces or control characters")
-    return api_key
+    return clean_secret(api_key, "api_key")
 
 
 def _check_model(model: Any) -> Optional[str]:
@@ -377,7 +386,7 @@ def _check_headers(headers: Any) -> Dict[str, str]:
         if not isinstance(name, str) or not isinstance(value, str):
             raise TypeError(f"headers must map str to str; header {name!r} is not")
         checked[name] = value
-    return checked
+    return clean_headers(checked)
 
 
 def _check_messages(messages: Any) -> List[Dict[str, Any]]:

@@ -16,6 +16,7 @@ import requests
 from .._core.errors import StreamProtocolError
 from .._core.redact import excerpt
 from .._retry.classify import parse_retry_after
+from .._transport.redirect import is_redirect, refused_redirect
 from .._transport.sse import DEFAULT_MAX_EVENT_BYTES
 from .call import ChatCall
 from .errors import error_object, status_error, transport_error
@@ -32,7 +33,7 @@ def complete_once(call: ChatCall) -> Dict[str, Any]:
 
     Raises ``TransportError`` (connection failed or broke before the whole
     body arrived: retryable), ``HTTPStatusError`` (non-2xx, or an error
-    object in a 200 body) and ``StreamProtocolError`` (``malformed_response``:
+    object in a 200 body; a redirect is not followed: ``reason='redirect'``) and ``StreamProtocolError`` (``malformed_response``:
     not a JSON object; ``response_too_large``). The budget's end raises
     ``Cancelled`` for the boundary above.
     """
@@ -43,11 +44,14 @@ def complete_once(call: ChatCall) -> Dict[str, Any]:
             headers=call.headers,
             stream=True,
             timeout=(call.connect_timeout, None),
+            allow_redirects=False,  # a POST is never replayed elsewhere, nor turned into a GET
         )
     except requests.RequestException as exc:
         raise transport_error(exc, call.secrets) from exc
     try:
         status = response.status_code
+        if is_redirect(response):
+            raise refused_redirect(response, "POST", call.secrets)
         if not 200 <= status < 300:
             text = _read(response, _ERROR_BODY_BYTES, call, partial=True)
             raise status_error(
@@ -75,7 +79,7 @@ def complete_once(call: ChatCall) -> Dict[str, Any]:
 
 
 def _start(data: bytes, call: ChatCall) -> str:
-    return excerpt(data[:40].decode("utf-8", "replace"), 60, call.secrets)
+    return excerpt(data[:4096].decode("utf-8", "replace"), 60, call.secrets)
 
 
 def _read(response: requests.Response, limit: int, call: ChatCall, *, partial: bool) -> bytes:

@@ -10,7 +10,7 @@ import json
 from typing import Any, Dict, Optional, Sequence
 
 from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
-from .._core.redact import excerpt
+from .._core.redact import excerpt, scrub_exception
 from .._retry.classify import classify
 
 __all__ = [
@@ -128,7 +128,12 @@ def no_finish_reason(chunks: int, how: str) -> StreamProtocolError:
 
 
 def transport_error(exc: BaseException, secrets: Sequence[Optional[str]]) -> TransportError:
-    """A :class:`TransportError` for a requests/urllib3 failure (``exc`` is its cause)."""
+    """A :class:`TransportError` for a requests/urllib3 failure (``exc`` is its cause).
+
+    ``exc`` is scrubbed first: it stays reachable as ``__cause__``, so its request's
+    credential headers and any secret in its message are masked in place.
+    """
+    scrub_exception(exc, secrets)
     code = classify(exc).transport_code
     return TransportError(
         f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}",

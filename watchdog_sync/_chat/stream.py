@@ -152,6 +152,8 @@ class ChatStream:
             how = "in the middle of an event" if truncated else "without [DONE]"
             raise no_finish_reason(self._chunks, how) from None
         except HTTPStatusError as exc:
+            if exc.reason == "redirect":
+                raise  # it names the Location, redacted with the call's secrets already
             raise status_error(
                 exc.status, exc.body, self._call.secrets, retry_after=exc.retry_after
             ) from None
@@ -189,7 +191,7 @@ class ChatStream:
     def _malformed(self, data: str) -> StreamProtocolError:
         return StreamProtocolError(
             f"a stream event is not a JSON object (after {self._chunks} chunks; "
-            f"{len(data)} characters, starting {excerpt(data[:40], 60, self._call.secrets)!r}); "
+            f"{len(data)} characters, starting {excerpt(data, 60, self._call.secrets)!r}); "
             "the server is not speaking the OpenAI chunk format",
             reason="malformed_event",
             chunks_received=self._chunks,

@@ -23,6 +23,8 @@ from __future__ import annotations
 import errno as _errno
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Type
 
+from .redact import safe_text
+
 if TYPE_CHECKING:
     from .budget import Budget
 
@@ -69,6 +71,9 @@ def _rebuild(cls: Type[WatchdogError], message: str, state: Dict[str, Any]) -> W
 class WatchdogError(Exception):
     """Root of every error watchdog_sync raises.
 
+    The message is redacted on construction (credential-shaped text and URL
+    userinfo masked, control characters escaped: ``_core/redact.py``).
+
     Attributes:
         reason: a stable reason code (``'deadline_exceeded'``, ``'transport'``, ...).
         stage: the stage that was running (``Budget.stage`` or a call's ``stage=``).
@@ -94,7 +99,8 @@ class WatchdogError(Exception):
         retryable: Optional[bool] = None,
         request_id: Optional[str] = None,
     ) -> None:
-        Exception.__init__(self, message)
+        # Every message passes the redaction policy: no credential, no control character.
+        Exception.__init__(self, safe_text(message) if isinstance(message, str) else message)
         self.reason = reason or self.default_reason
         self.stage = stage
         self.attempt = attempt

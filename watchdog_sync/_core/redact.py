@@ -1,42 +1,177 @@
-"""Redaction of secrets (API keys, bearer tokens) from text we show: bodies, messages, reprs."""
+"""The one redaction policy: what counts as a secret, and how text we show is made safe.
+
+Every message, excerpt, repr and log text the library builds from outside data
+(server bodies, reason phrases, header values, URLs, foreign exceptions) goes
+through here. The policy, in order:
+
+1. the call's own secrets (API key, credential header values, URL userinfo),
+   in their plain, JSON-escaped, repr-escaped and percent-encoded forms, and
+   anything shaped like a credential (``Bearer ...``, ``sk-...``,
+   ``api_key=...``, the userinfo of a URL) are replaced by :data:`MASK`;
+2. control characters (ESC, NUL, C1, bidi overrides) are escaped, so a hostile
+   body cannot drive the terminal that prints the message;
+3. only then is the text cut; a secret cut at the end is masked too.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
-from typing import Iterable, List, Mapping, Optional
+import unicodedata
+import urllib.parse
+from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, Optional, Sequence
 
-__all__ = ["SENSITIVE_HEADERS", "excerpt", "header_secrets", "redact", "safe_headers"]
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "MASK",
+    "SENSITIVE_HEADERS",
+    "clean_headers",
+    "clean_secret",
+    "describe",
+    "excerpt",
+    "header_secrets",
+    "redact",
+    "safe_headers",
+    "safe_url",
+    "scrub_exception",
+    "secret_forms",
+    "url_secrets",
+]
 
-SENSITIVE_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie", "set-cookie"}
+MASK = "[REDACTED]"
+# Request headers that carry a credential: masked wherever shown, checked before sending,
+# stripped on a cross-origin redirect. The docs (chat.md, "Secrets") list the same names.
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "api-key", "x-api-key", "openai-api-key", "cookie"}
 )
+SENSITIVE_HEADERS = CREDENTIAL_HEADERS | {"set-cookie"}  # and the response's own
+
+_MIN_SECRET = 4  # shorter values would mask ordinary words
 _PATTERNS = (
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"),
-    re.compile(r"(?i)((?:api[_-]?key|authorization|token)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"),
+    # the userinfo of a URL: scheme://user:password@host
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@"), r"\1" + MASK + "@"),
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1" + MASK),
+    (
+        re.compile(
+            r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?:[a-z]+\s+)?[^\s\"',;]+"
+        ),
+        r"\1" + MASK,
+    ),
+    (
+        re.compile(
+            r"(?i)\b((?:x-)?api[_-]?key|access[_-]?token|refresh[_-]?token|token|secret|password)"
+            r"([\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED\])[^\s\"',;&})\]]{2,}"
+        ),
+        r"\1\2" + MASK,
+    ),
+    (re.compile(r"(?i)([?&](?:key|sig|signature|code)=)[^&#\s\"']+"), r"\1" + MASK),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), MASK),
 )
-_MASK = "[REDACTED]"
+# Characters escaped in anything shown: C0/C1 controls (newline and tab aside), DEL, bidi marks,
+# overrides and isolates.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_MAX_MESSAGE = 300
+
+
+def secret_forms(secrets: Iterable[Optional[str]]) -> List[str]:
+    """Every form in which ``secrets`` may appear in text, longest first."""
+    forms = set()
+    for secret in secrets:
+        if not isinstance(secret, str):
+            continue
+        for value in (secret, _trim(secret)):
+            if len(value) < _MIN_SECRET:
+                continue
+            forms.add(value)
+            forms.add(json.dumps(value)[1:-1])
+            forms.add(json.dumps(value, ensure_ascii=False)[1:-1])
+            forms.add(repr(value)[1:-1])
+            forms.add(urllib.parse.quote(value, safe=""))
+            forms.add(urllib.parse.quote_plus(value, safe=""))
+    return sorted(forms, key=len, reverse=True)
 
 
 def redact(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
-    """``text`` with the given secrets and anything shaped like a key or token masked."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, _MASK)
-    for pattern in _PATTERNS:
-        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + _MASK, text)
+    """``text`` with the given secrets and anything shaped like a credential masked."""
+    return _redact(text, secret_forms(secrets))
+
+
+def _redact(text: str, forms: Sequence[str]) -> str:
+    for form in forms:
+        text = text.replace(form, MASK)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
     return text
 
 
+def _escape(text: str) -> str:
+    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def safe_text(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
+    """``text`` redacted with control characters escaped (newlines and tabs kept)."""
+    forms = secret_forms(secrets)
+    return _redact(_escape(_redact(text, forms)), forms)
+
+
 def excerpt(text: str, limit: int = 500, secrets: Iterable[Optional[str]] = ()) -> str:
-    """A redacted, single-line excerpt of at most ``limit`` characters."""
-    flat = " ".join(redact(text, secrets).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    """A redacted, escaped, single-line excerpt of about ``limit`` characters.
+
+    Redacted first and cut afterwards; a secret cut at the end (by this cut, or
+    because ``text`` itself was cut short) is masked as well, which may add a
+    few characters past ``limit``.
+    """
+    forms = secret_forms(secrets)
+    room = 2 * limit + (len(forms[0]) if forms else 0) + 64
+    windowed = len(text) > room
+    flat = " ".join(_redact(text[:room] if windowed else text, forms).split())
+    flat = _redact(_escape(flat), forms)
+    if len(flat) > limit or windowed:
+        return _mask_tail(flat[: max(0, limit - 3)], forms) + "..."
+    return _mask_tail(flat, forms)
+
+
+def _mask_tail(text: str, forms: Sequence[str]) -> str:
+    """Mask the end of ``text`` where it is the start of a secret (a secret cut short)."""
+    for form in forms:
+        for size in range(min(len(form) - 1, len(text)), _MIN_SECRET - 1, -1):
+            if text.endswith(form[:size]):
+                return text[: len(text) - size] + MASK
+    return text
+
+
+def describe(error: BaseException, secrets: Iterable[Optional[str]] = ()) -> str:
+    """``Type: message`` of ``error`` as an excerpt; an error whose ``str()`` fails is named only."""
+    try:
+        text = str(error)
+    except Exception:  # a broken __str__ must not break the error that reports it
+        text = "(its message could not be read)"
+    shown = excerpt(text, _MAX_MESSAGE, secrets)
+    return f"{type(error).__name__}: {shown}" if shown else type(error).__name__
+
+
+def safe_url(url: Any, secrets: Iterable[Optional[str]] = ()) -> str:
+    """``url`` for a message: userinfo and credentials masked, escaped, at most 200 characters."""
+    text = url if isinstance(url, str) else repr(url)
+    return excerpt(text, 200, [*secrets, *url_secrets(text)])
+
+
+def url_secrets(url: Any) -> List[str]:
+    """The user name and password in the userinfo of ``url`` (raw and decoded), if any."""
+    if not isinstance(url, str) or "@" not in url:
+        return []
+    authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" not in authority:
+        return []
+    userinfo = authority.rsplit("@", 1)[0]
+    found = [userinfo, *userinfo.split(":", 1)]
+    return [*found, *(urllib.parse.unquote(part) for part in found)]
 
 
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """A copy of ``headers`` with credentials masked (for reprs and logs)."""
-    return {k: (_MASK if k.lower() in SENSITIVE_HEADERS else v) for k, v in headers.items()}
+    return {k: (MASK if k.lower() in SENSITIVE_HEADERS else v) for k, v in headers.items()}
 
 
 def header_secrets(headers: Mapping[str, str]) -> List[str]:
@@ -53,3 +188,109 @@ def header_secrets(headers: Mapping[str, str]) -> List[str]:
             if token and token != value:
                 found.append(token)
     return found
+
+
+def clean_secret(value: str, what: str, *, spaces: bool = False) -> str:
+    """``value`` (a key or credential header value) without surrounding whitespace or invisible
+    characters (a key read from a file ends with a newline; one pasted may carry a BOM or a
+    zero-width space).
+
+    Raises ``ValueError`` naming ``what`` and the offending character (never the value) when
+    one is left inside, or the value is empty; ``spaces`` allows single inner spaces
+    (``Bearer <key>``).
+    """
+    cleaned = _trim(value)
+    if not cleaned:
+        raise ValueError(f"{what} is empty (or only whitespace): give the key itself")
+    for index, char in enumerate(cleaned):
+        if char == " " and spaces:
+            continue
+        if _invisible(char) or char.isspace() or not " " < char <= "~":
+            name = unicodedata.name(char, "a control character")
+            allowed = "spaces but no" if spaces else "no spaces,"
+            raise ValueError(
+                f"{what} must be printable ASCII, with {allowed} control or invisible "
+                f"characters inside it (it is sent in an HTTP header); it has U+{ord(char):04X} "
+                f"({name}) at position {index}: check how the key was read or pasted "
+                "(the key itself is not shown)"
+            )
+    return cleaned
+
+
+def clean_headers(headers: Mapping[str, str]) -> Dict[str, str]:
+    """A copy of ``headers`` whose credential values went through :func:`clean_secret`."""
+    return {
+        name: (
+            clean_secret(value, f"the {name} header", spaces=True)
+            if isinstance(name, str)
+            and name.lower() in CREDENTIAL_HEADERS
+            and isinstance(value, str)
+            else value
+        )
+        for name, value in headers.items()
+    }
+
+
+def _trim(value: str) -> str:
+    """``value`` without surrounding whitespace and invisible characters."""
+    start, end = 0, len(value)
+    while start < end and _invisible(value[start]):
+        start += 1
+    while end > start and _invisible(value[end - 1]):
+        end -= 1
+    return value[start:end]
+
+
+def _invisible(char: str) -> bool:
+    return char.isspace() or unicodedata.category(char) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+
+
+def scrub_exception(exc: BaseException, secrets: Iterable[Optional[str]] = ()) -> None:
+    """Remove credentials from ``exc`` and everything chained to it, in place.
+
+    For a foreign exception kept as the ``__cause__`` of one of ours: the
+    credential headers of the request it carries (``exc.request``, and those of
+    its response and redirect history) are masked, its URL's userinfo too, and
+    string arguments are redacted, so neither ``traceback.format_exception`` nor
+    ``exc.__cause__.request.headers`` shows a key. Bounded in depth.
+    """
+    forms = secret_forms(secrets)
+    seen: List[int] = []
+    pending: List[Any] = [exc]
+    while pending and len(seen) < 32:
+        node = pending.pop()
+        if not isinstance(node, BaseException) or id(node) in seen:
+            continue
+        seen.append(id(node))
+        response = getattr(node, "response", None)
+        for request in (
+            getattr(node, "request", None),
+            getattr(response, "request", None),
+            *(getattr(hop, "request", None) for hop in getattr(response, "history", None) or ()),
+        ):
+            _scrub_request(request, forms)
+        args = getattr(node, "args", ())
+        if isinstance(args, tuple) and any(isinstance(a, str) for a in args):
+            with contextlib.suppress(AttributeError, TypeError):  # read-only args: left alone
+                node.args = tuple(_redact(a, forms) if isinstance(a, str) else a for a in args)
+        url = getattr(node, "url", None)
+        if isinstance(url, str):
+            _set(node, "url", _redact(url, [*forms, *secret_forms(url_secrets(url))]))
+        pending.extend(a for a in (args if isinstance(args, tuple) else ()))
+        pending.extend((node.__cause__, node.__context__, getattr(node, "reason", None)))
+
+
+def _scrub_request(request: Any, forms: Sequence[str]) -> None:
+    headers = getattr(request, "headers", None)
+    if isinstance(headers, MutableMapping):
+        for name in list(headers):
+            if isinstance(name, str) and name.lower() in SENSITIVE_HEADERS:
+                headers[name] = MASK
+    url = getattr(request, "url", None)
+    if isinstance(url, str):
+        _set(request, "url", _redact(url, [*forms, *secret_forms(url_secrets(url))]))
+
+
+def _set(holder: Any, name: str, value: str) -> None:
+    with contextlib.suppress(AttributeError, TypeError):  # read-only: nothing we can change
+        setattr(holder, name, value)

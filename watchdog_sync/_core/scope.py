@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
 from .budget import Budget, _noop
 from .durations import Duration
 from .errors import Cancelled, DeadlineExceeded, OperationCancelled, WatchdogError
+from .redact import describe
 
 __all__ = [
     "boundary",
@@ -71,7 +72,7 @@ def error_for(
     elapsed = ended.elapsed()
     where = f" in stage {stage!r}" if stage else ""
     tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
-    last = f"; last error: {type(last_error).__name__}: {last_error}" if last_error else ""
+    last = f"; last error: {describe(last_error)}" if last_error else ""
     if exc.reason == "deadline_exceeded":
         total = "" if ended.deadline is None else f" of {ended.deadline - ended.started:.2f}s"
         return DeadlineExceeded(

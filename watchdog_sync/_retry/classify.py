@@ -211,6 +211,8 @@ def status_reason(status: int, body: str = "") -> str:
         return "context_length"
     if status in _STATUS_REASONS:
         return _STATUS_REASONS[status]
+    if 300 <= status < 400:
+        return "redirect"  # one that was not followed
     return "server_error" if status >= 500 else "http_status"
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import math
-import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, Literal, Optional, Tuple, TypeVar
 
@@ -21,6 +20,7 @@ from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.errors import Cancelled, DeadlineExceeded, RetryExhausted, WatchdogError
 from .._core.events import Event, emit
+from .._core.redact import describe
 from .budget import RetryBudget
 from .policy import RetryPolicy, checked_policy
 
@@ -219,7 +219,7 @@ class _Loop:
 
     def _exhausted(self, error: Exception) -> RetryExhausted:
         return RetryExhausted(
-            f"gave up after {self._tried()}{self._where()}; last error: {_describe(error)}. "
+            f"gave up after {self._tried()}{self._where()}; last error: {describe(error)}. "
             "The failure looks transient: try again later, or allow more attempts "
             "(RetryPolicy(max_attempts=...)) or a longer backoff if the service recovers slowly",
             attempts=self.attempts,
@@ -232,7 +232,7 @@ class _Loop:
         return RetryExhausted(
             f"the shared retry budget was spent ({retry_budget!r}): too many retries across "
             f"callers recently, so no retry after {self._tried()}{self._where()}; "
-            f"last error: {_describe(error)}. The service is failing for many callers: try "
+            f"last error: {describe(error)}. The service is failing for many callers: try "
             "again later, or raise the RetryBudget's ratio or min_retries_per_second",
             reason="retry_budget_exhausted",
             attempts=self.attempts,
@@ -244,7 +244,7 @@ class _Loop:
     def _too_late(self, error: Exception, delay: float, left: float) -> DeadlineExceeded:
         return DeadlineExceeded(
             f"not retrying after {self._tried()}{self._where()}: the next wait of {delay:.2f}s "
-            f"would end past the deadline ({left:.2f}s left); last error: {_describe(error)}. "
+            f"would end past the deadline ({left:.2f}s left); last error: {describe(error)}. "
             "Give the call a larger timeout (timeout=..., deadline(...)) if the work needs it",
             attempts=self.attempts,
             last_error=error,
@@ -278,30 +278,6 @@ class _Loop:
                 **fields,
             )
         )
-
-
-_SECRET_PATTERNS = (
-    (re.compile(r"(?i)\b(bearer|basic)\s+[^\s'\",;]+"), r"\1 [redacted]"),
-    (
-        re.compile(
-            r"(?i)\b(api[_-]?key|access[_-]?token|token|authorization|password)"
-            r"(['\"]?\s*[:=]\s*['\"]?)[^\s'\",;&]+"
-        ),
-        r"\1\2[redacted]",
-    ),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), "sk-[redacted]"),
-)
-_MAX_MESSAGE = 300
-
-
-def _describe(error: BaseException) -> str:
-    """``Type: message`` of ``error``, shortened, with keys and tokens redacted."""
-    text = str(error)
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    if len(text) > _MAX_MESSAGE:
-        text = text[: _MAX_MESSAGE - 3] + "..."
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _marked_permanent(error: Exception) -> bool:

@@ -38,6 +38,7 @@ from urllib3.util import Timeout
 
 from .._core.budget import Budget, _noop
 from .._core.scope import boundary, joined_budget
+from .redirect import same_origin, strip_credentials
 
 __all__ = ["Session"]
 
@@ -308,6 +309,11 @@ class Session(requests.Session):
     A streamed body (``stream=True``) stays bounded while it is read; the
     connection is released to the pool (or discarded, if it was shut) when
     the body is consumed or the response closed.
+
+    Redirects are followed as requests follows them, except that a hop to
+    another origin (scheme, host or port) strips every credential header
+    (``Authorization``, ``Api-Key``, ``X-Api-Key``, ...), not only
+    ``Authorization``.
     """
 
     def __init__(self, budget: Optional[Budget] = None) -> None:
@@ -321,6 +327,21 @@ class Session(requests.Session):
 
     def __repr__(self) -> str:
         return f"<watchdog_sync.Session budget={self.budget!r}>"
+
+    def should_strip_auth(self, old_url: str, new_url: str) -> bool:
+        """True when a redirect changes the origin (scheme, host or port): credentials stay."""
+        return not same_origin(old_url, new_url)
+
+    def rebuild_auth(
+        self, prepared_request: requests.PreparedRequest, response: requests.Response
+    ) -> None:
+        """On a cross-origin redirect, strip every credential header (not only Authorization)."""
+        old_url, new_url = getattr(response.request, "url", None), prepared_request.url
+        if not (isinstance(old_url, str) and isinstance(new_url, str)) or self.should_strip_auth(
+            old_url, new_url
+        ):
+            strip_credentials(prepared_request.headers)
+        super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call]  # netrc
 
     def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
         budget, owner, release = joined_budget(self.budget, stage="http")

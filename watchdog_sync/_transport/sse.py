@@ -28,12 +28,13 @@ from .._core.config import (
 )
 from .._core.durations import Duration, validate_duration
 from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
-from .._core.redact import excerpt, header_secrets, redact
+from .._core.redact import clean_headers, excerpt, header_secrets, scrub_exception, url_secrets
 from .._core.scope import current_budget, using_budget
 from .._retry.classify import classify, parse_retry_after
 from .body import body_pieces
 from .framing import EventFramer
 from .http import Session
+from .redirect import FOLLOWED_METHODS, is_redirect, refused_redirect
 from .stream import GuardedStream, StreamStats, guard_stream
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "stream_sse"]
@@ -152,7 +153,9 @@ def stream_sse(
 
     Errors (all :class:`WatchdogError`): :class:`StreamIdleTimeout` when no data
     event arrives in time (the connection is shut from outside first);
-    :class:`HTTPStatusError` for a non-2xx answer; :class:`TransportError` for a
+    :class:`HTTPStatusError` for a non-2xx answer (a redirect of a POST, or of any
+    method but GET, HEAD and OPTIONS, is not followed: ``reason='redirect'``, not
+    retryable, naming the Location); :class:`TransportError` for a
     refused or reset connection; :class:`StreamProtocolError` for a non-SSE
     answer (``unexpected_content_type``), invalid UTF-8 (``malformed_event``) or
     an event past ``max_event_bytes`` (``event_too_large``). When the budget
@@ -178,8 +181,8 @@ def stream_sse(
         "Accept-Encoding": "identity",
         "Cache-Control": "no-cache",
     }
-    request_headers.update(headers or {})
-    secrets = header_secrets(request_headers)
+    request_headers.update(clean_headers(headers or {}))
+    secrets = [*header_secrets(request_headers), *url_secrets(url)]
 
     # The reader reaches the stream weakly: a stream its consumer dropped (``break``
     # without close()) is collected, and the guard then shuts the connection.
@@ -198,7 +201,7 @@ def stream_sse(
                     current.headers = dict(response.headers)
                 del current
                 try:
-                    _check_response(response, secrets)
+                    _check_response(response, method, secrets)
                     client = _FramedSSEClient(_chunks(response, framer, stream_ref, abort))
                     try:
                         yield from client.events()
@@ -233,15 +236,23 @@ def _open(
     connect: Optional[float],
     secrets: Any,
 ) -> requests.Response:
+    follow = str(method).upper() in FOLLOWED_METHODS  # a POST is never replayed elsewhere
     try:
         return session.request(
-            method, url, json=body, headers=headers, stream=True, timeout=(connect, None)
+            method,
+            url,
+            json=body,
+            headers=headers,
+            stream=True,
+            timeout=(connect, None),
+            allow_redirects=follow,
         )
     except requests.RequestException as exc:
         raise _transport_error(exc, secrets) from exc
 
 
 def _transport_error(exc: BaseException, secrets: Any) -> TransportError:
+    scrub_exception(exc, secrets)  # it stays our __cause__: no credential may stay in it
     code = classify(exc).transport_code
     return TransportError(
         f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}",
@@ -249,12 +260,15 @@ def _transport_error(exc: BaseException, secrets: Any) -> TransportError:
     )
 
 
-def _check_response(response: requests.Response, secrets: Any) -> None:
+def _check_response(response: requests.Response, method: str, secrets: Any) -> None:
     status = response.status_code
+    if is_redirect(response):
+        raise refused_redirect(response, str(method).upper(), secrets)
     if not 200 <= status < 300:
         body = _read_error_body(response)
+        reason = excerpt(str(response.reason or ""), 100, secrets)
         raise HTTPStatusError(
-            f"HTTP {status} {response.reason or ''}".rstrip()
+            f"HTTP {status} {reason}".rstrip()
             + f": {excerpt(body, 300, secrets) or '(empty body)'}",
             status=status,
             retry_after=parse_retry_after(response.headers),
@@ -264,14 +278,15 @@ def _check_response(response: requests.Response, secrets: Any) -> None:
     if not content_type.lower().startswith("text/event-stream"):
         raise StreamProtocolError(
             f"expected an event stream (text/event-stream) but the server answered "
-            f"{content_type or 'with no Content-Type'}; check the URL and that the "
-            "request asks for streaming",
+            f"{excerpt(content_type, 100, secrets) or 'with no Content-Type'}; check the URL and "
+            "that the request asks for streaming",
             reason="unexpected_content_type",
         )
     encoding = response.headers.get("Content-Encoding", "identity").lower()
     if encoding not in ("", "identity"):
         raise StreamProtocolError(
-            f"the event stream is compressed ({encoding}) although identity was asked for",
+            f"the event stream is compressed ({excerpt(encoding, 100, secrets)}) although "
+            "identity was asked for",
             reason="unexpected_content_encoding",
         )
 
@@ -283,7 +298,7 @@ def _read_error_body(response: requests.Response) -> str:
             data += piece
             if len(data) >= _ERROR_BODY_LIMIT:
                 break
-    return redact(data[:_ERROR_BODY_LIMIT].decode("utf-8", "replace"))
+    return data[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")  # redacted where it is shown
 
 
 def _http_response(response: requests.Response) -> http.client.HTTPResponse:

@@ -10,15 +10,11 @@ import types
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
+from .._core.redact import MASK, SENSITIVE_HEADERS
 from ._scenarios import Scenario
 from ._wire import Request
 
 __all__ = ["Record", "Route", "SeenRequest", "wants_stream"]
-
-_SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key", "openai-api-key"}
-)
-_REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True)
@@ -38,7 +34,7 @@ class SeenRequest:
         stream: whether the body asked for a stream (``"stream": true``).
         body: the parsed JSON body (a copy), or None if it was not JSON.
         headers: the request headers, names lower-cased; secret ones
-            (Authorization, cookies, API-key headers) are replaced by ``"<redacted>"``.
+            (Authorization, cookies, API-key headers) are replaced by ``"[REDACTED]"``.
         request_id: the ``X-Request-ID`` header, if the client sent one.
         arrived_at: ``time.monotonic()`` when the whole request had been read.
         ended_at: ``time.monotonic()`` when the gateway finished with it, None while running.
@@ -99,7 +95,7 @@ class Record:
 
     def snapshot(self) -> SeenRequest:
         headers = {
-            name: _REDACTED if name in _SECRET_HEADERS else value
+            name: MASK if name in SENSITIVE_HEADERS else value
             for name, value in self.request.headers.items()
         }
         return SeenRequest(
