@@ -14,6 +14,7 @@ import requests
 import watchdog_sync as ws
 from tests.internals import excerpt
 from tests.rawserver import RawServer, read_request_head
+from watchdog_sync.cli import main
 from watchdog_sync.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
@@ -294,6 +295,12 @@ def test_a_bad_base_url_with_userinfo_is_not_echoed(base_url: str) -> None:
     with pytest.raises(ValueError) as caught:
         ws.ChatClient(base_url, model="m")
     assert not fragments(str(caught.value)) and "user:" not in str(caught.value)
+
+
+def test_the_probe_does_not_echo_a_base_url_with_userinfo(capsys: pytest.CaptureFixture) -> None:
+    assert main(["probe", "--base-url", f"ftp://user:{KEY}@host/v1", "--model", "m"]) == 2
+    err = capsys.readouterr().err
+    assert "--base-url must start with" in err and not fragments(err) and "user:" not in err
 
 
 @pytest.mark.parametrize("url", ["http://user:{key}@127.0.0.1:99999/x", "http://u:{key}@/x"])

@@ -14,6 +14,7 @@ from types import FrameType
 from typing import List, Optional
 
 from .._core.errors import WatchdogError
+from .._core.redact import safe_url
 from ..testing import FaultGateway
 from .probe import ProbeReport
 from .probe import probe as run_probe
@@ -92,7 +93,8 @@ def _probe(args: argparse.Namespace) -> int:
         if not api_key:
             return fail(f"environment variable {args.api_key_env} is not set or empty")
     if not args.base_url.startswith(("http://", "https://")):
-        return fail(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+        shown = safe_url(args.base_url)
+        return fail(f"--base-url must start with http:// or https://, got {shown!r}")
     if not (args.timeout > 0 and math.isfinite(args.timeout)) or args.idle_timeout < 0:
         return fail("--timeout must be > 0 and --idle-timeout >= 0 (seconds)")
     try:
