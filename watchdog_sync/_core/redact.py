@@ -218,17 +218,20 @@ def clean_secret(value: str, what: str, *, spaces: bool = False) -> str:
 
 
 def clean_headers(headers: Mapping[str, str]) -> Dict[str, str]:
-    """A copy of ``headers`` whose credential values went through :func:`clean_secret`."""
+    """A copy of ``headers`` whose credential values went through :func:`clean_secret`
+    (an empty value, which carries no secret, is left as it is)."""
     return {
         name: (
             clean_secret(value, f"the {name} header", spaces=True)
-            if isinstance(name, str)
-            and name.lower() in CREDENTIAL_HEADERS
-            and isinstance(value, str)
+            if isinstance(name, str) and name.lower() in CREDENTIAL_HEADERS and _is_text(value)
             else value
         )
         for name, value in headers.items()
     }
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
 
 
 def _trim(value: str) -> str:
