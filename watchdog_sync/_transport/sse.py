@@ -133,7 +133,10 @@ def stream_sse(
         url: the endpoint.
         method: HTTP method (``POST`` by default, as chat APIs use).
         json: the request body, sent as JSON.
-        headers: extra request headers (credentials never appear in errors).
+        headers: extra request headers (credentials never appear in errors; a
+            credential header's value is stripped of surrounding whitespace and
+            invisible characters, and one left inside is a ``ValueError`` that
+            does not show the value).
         session: a :class:`Session` to send with; a private one by default.
         idle_timeout: the longest gap allowed between data events; ``None`` or
             ``<= 0`` disables the idle watchdog. Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT``
