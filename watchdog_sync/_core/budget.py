@@ -15,7 +15,7 @@ import weakref
 from typing import Callable, List, Optional, Protocol, Tuple
 
 from . import watchdog as _watchdog
-from .durations import Duration, validate_duration
+from .durations import MAX_SECONDS, Duration, validate_duration
 from .errors import Cancelled
 
 __all__ = ["Budget", "Clock"]
@@ -35,8 +35,12 @@ class Budget:
     """An absolute deadline on a monotonic clock, with cancellation and children.
 
     Args:
-        timeout: seconds from now (float or ``timedelta``); ``None`` for no limit.
-        deadline: an absolute deadline on ``clock``; the earlier of the two wins.
+        timeout: seconds from now (float or ``timedelta``); ``None`` or ``inf``
+            for no limit. ``0`` is a budget that has already ended; a negative
+            value is a ``ValueError`` (a budget's limit is never "off" by being
+            <= 0, unlike an idle limit); more than 7 days is clamped to 7 days.
+        deadline: an absolute deadline on ``clock``; the earlier of the two wins
+            (clamped to 7 days from now, like ``timeout``).
         parent: the budget this one lives inside; its deadline caps this one and
             cancelling it ends this one too.
         stage: a name for what runs under this budget, used in errors and events.
@@ -74,13 +78,15 @@ class Budget:
         clock: Clock = time.monotonic,
     ) -> None:
         seconds = validate_duration(timeout, "timeout")
-        if deadline is not None and (isinstance(deadline, bool) or math.isnan(deadline)):
-            raise ValueError(f"deadline must be a number on the budget's clock, got {deadline!r}")
+        absolute = _absolute(deadline)
         if parent is not None and clock is time.monotonic:
             clock = parent.clock
         self._clock: Clock = clock
         self._started = clock()
-        limits: List[float] = [] if deadline is None else [float(deadline)]
+        limits: List[float] = []
+        if absolute is not None and not math.isinf(absolute):
+            # A far deadline is clamped like a long timeout (see durations.MAX_SECONDS).
+            limits.append(min(absolute, self._started + MAX_SECONDS))
         if parent is not None and parent.deadline is not None:
             limits.append(parent.deadline)
         if seconds is not None:
@@ -321,6 +327,24 @@ class Budget:
         if wanted >= left:
             self._raise_cancelled()
         self.check()
+
+
+def _absolute(deadline: Optional[float]) -> Optional[float]:
+    """``deadline=`` as a float: ``TypeError`` for a non-number, ``ValueError`` for NaN or overflow."""
+    if deadline is None:
+        return None
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+        raise TypeError(f"deadline must be a number on the budget's clock, got {deadline!r}")
+    try:
+        value = float(deadline)
+    except OverflowError:
+        raise ValueError("deadline is too large to be a time on the budget's clock") from None
+    if math.isnan(value):
+        raise ValueError(
+            f"deadline must be a number on the budget's clock (or None for no deadline), "
+            f"got {deadline!r}"
+        )
+    return value
 
 
 def _noop() -> None:

@@ -1,8 +1,10 @@
 """The one shared watchdog thread: a heap of deadlines and a queue of callbacks.
 
 Every Budget in the process schedules its expiry here; no timer owns a thread.
-Callbacks run on the watchdog thread, outside its lock; one that raises is
-logged and never stops the thread. The thread is a daemon, started on first
+Callbacks run on the watchdog thread, outside its lock; one that raises
+(even a ``BaseException`` such as :class:`Cancelled`) is logged and never
+stops the thread, and no wait of the thread is longer than an hour, so a far
+deadline can never overflow the OS wait. The thread is a daemon, started on first
 use, and started again after ``fork()`` in a child that uses it.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -19,6 +22,10 @@ from typing import Callable, List, Optional, Tuple
 __all__ = ["THREAD_NAME", "TimerHandle", "call_at", "call_soon"]
 
 THREAD_NAME = "watchdog_sync-watchdog"
+
+# The longest single wait of the thread: a timer further away is waited for in
+# steps (lock waits overflow past ``threading.TIMEOUT_MAX``, about 292 years).
+_MAX_WAIT = 3600.0
 
 _log = logging.getLogger("watchdog_sync")
 
@@ -61,6 +68,8 @@ class _Watchdog:
             self._thread.start()
 
     def call_at(self, when: float, fn: Callable[[], None]) -> TimerHandle:
+        if isinstance(when, bool) or not isinstance(when, (int, float)) or math.isnan(when):
+            raise ValueError(f"when must be a time on time.monotonic(), got {when!r}")
         handle = TimerHandle(when, fn)
         with self._lock:
             self._ensure_thread()
@@ -101,15 +110,15 @@ class _Watchdog:
                         due.append(fn)
                 if due:
                     return due
-                timeout = self._heap[0][0] - now if self._heap else None
-                self._wake.wait(timeout)
+                timeout = self._heap[0][0] - now if self._heap else _MAX_WAIT
+                self._wake.wait(min(timeout, _MAX_WAIT))
 
     def _run(self) -> None:
         while True:
             for fn in self._collect():
                 try:
                     fn()
-                except Exception:
+                except BaseException:  # a Cancelled or SystemExit too: the thread serves everyone
                     _log.exception("watchdog_sync: a watchdog callback raised; the thread goes on")
 
     def _after_fork_in_child(self) -> None:
