@@ -15,6 +15,7 @@ from watchdog_sync._core.redact import excerpt
 from watchdog_sync._core.scope import entry_scope
 from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
+from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._transport.body import body_pieces
 from watchdog_sync._transport.framing import EventFramer
@@ -33,6 +34,7 @@ __all__ = [
     "clip_timeout",
     "config_module",
     "context_with_fields",
+    "default_policy",
     "emit",
     "entry_scope",
     "env_int",

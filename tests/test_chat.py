@@ -663,7 +663,7 @@ def test_defaults_apply_without_environment(monkeypatch: pytest.MonkeyPatch) -> 
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
     with ChatClient("http://127.0.0.1:1/v1") as client:
-        assert settings(client) == (600.0, 120.0, None, 10.0, 3)  # first event: as idle
+        assert settings(client) == (600.0, 120.0, 120.0, 10.0, 6)  # first event: as idle
 
 
 def test_environment_overrides_defaults_and_arguments_override_the_environment(
@@ -672,7 +672,7 @@ def test_environment_overrides_defaults_and_arguments_override_the_environment(
     for name, value in ENV.items():
         monkeypatch.setenv(name, value)
     with ChatClient("http://127.0.0.1:1/v1") as client:
-        assert settings(client) == (30.0, 7.5, None, 2.0, 5)
+        assert settings(client) == (30.0, 7.5, 7.5, 2.0, 5)
     explicit = ChatClient(
         "http://127.0.0.1:1/v1",
         timeout=3,

@@ -23,7 +23,7 @@ class ChatCall:
     """The request of one ``stream()`` or ``complete()`` call, the same for all its attempts.
 
     ``headers`` hold the credentials: the class has no field-by-field repr.
-    ``first_event_timeout`` is ``None`` for "the idle limit", ``0.0`` when disabled.
+    The limits are resolved seconds; ``None`` means "off" (no limit of its own).
     """
 
     url: str

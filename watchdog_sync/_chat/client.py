@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core import scope as _scope
 from .._core.budget import Budget
-from .._core.durations import Duration, validate_duration
+from .._core.durations import Duration
 from .._core.redact import clean_headers, clean_secret, header_secrets, safe_url
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
@@ -23,10 +23,13 @@ from .._transport.http import Session
 from .call import STAGE, ChatCall, run_in_call
 from .complete import complete_once
 from .config import (
+    AS_IDLE,
+    CLIENT_DEFAULT,
     CONNECT_TIMEOUT_UNSET,
     IDLE_TIMEOUT_UNSET,
     TIMEOUT_UNSET,
-    first_event_limit,
+    call_first_event,
+    call_timeout,
     resolve,
 )
 from .stream import ChatStream, open_stream
@@ -51,19 +54,25 @@ class ChatClient:
             same holds for credential headers in ``headers``.
         model: the default model; a call's ``model=`` overrides it.
         timeout: the whole call's budget in seconds, shared by every attempt,
-            backoff and read (default ``WATCHDOG_SYNC_TIMEOUT`` or 600 s;
-            ``None`` or ``inf``: no limit of its own, the current
-            ``deadline()`` scope still applies).
+            backoff and read (default ``WATCHDOG_SYNC_TIMEOUT`` or 600 s).
+            ``None`` or ``inf``: off, no limit of its own (the current
+            ``deadline()`` scope still applies); ``0`` or less: ``ValueError``.
+            More than 7 days is clamped to 7 days.
         idle_timeout: the longest gap between stream chunks (default
-            ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s); ``0`` or ``None``
-            disables the idle watchdog (the budget still applies).
+            ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s). An idle limit: ``None``,
+            ``inf`` or any value ``<= 0`` turns the idle watchdog off (the
+            budget still applies).
         connect_timeout: cap on establishing each connection (default
-            ``WATCHDOG_SYNC_CONNECT_TIMEOUT`` or 10 s).
+            ``WATCHDOG_SYNC_CONNECT_TIMEOUT`` or 10 s). ``None`` or ``inf``:
+            off (the budget still applies); ``0`` or less: ``ValueError``.
         first_event_timeout: the longest wait from sending a streaming
             request to its first chunk, response headers included (default:
-            ``idle_timeout``; ``0`` disables it).
-        retry: the :class:`RetryPolicy` (default ``RetryPolicy(max_attempts=3)``,
-            or ``WATCHDOG_SYNC_MAX_ATTEMPTS`` attempts).
+            ``idle_timeout``). An idle limit: ``<= 0`` or ``inf`` turns it off.
+            ``None`` still means "as ``idle_timeout``" (deprecated: leave it out).
+        retry: the :class:`RetryPolicy` (default: ``RetryPolicy()`` with
+            ``WATCHDOG_SYNC_MAX_ATTEMPTS`` or 6 attempts, the same default as
+            :func:`retry_call`; only opening the stream and getting its first
+            chunk is ever retried).
         session: a :class:`Session` to send with (its pool is shared; the
             client does not close it); by default a private one, closed by
             :meth:`close`.
@@ -102,7 +111,7 @@ class ChatClient:
         timeout: Optional[Duration] = TIMEOUT_UNSET,
         idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
         connect_timeout: Optional[Duration] = CONNECT_TIMEOUT_UNSET,
-        first_event_timeout: Optional[Duration] = None,
+        first_event_timeout: Optional[Duration] = AS_IDLE,
         retry: Optional[RetryPolicy] = None,
         session: Optional[Session] = None,
         headers: Optional[Mapping[str, str]] = None,
@@ -135,9 +144,9 @@ class ChatClient:
         messages: Sequence[Mapping[str, Any]],
         *,
         model: Optional[str] = None,
-        timeout: Optional[Duration] = None,
+        timeout: Optional[Duration] = CLIENT_DEFAULT,
         budget: Optional[Budget] = None,
-        first_event_timeout: Optional[Duration] = None,
+        first_event_timeout: Optional[Duration] = CLIENT_DEFAULT,
         **params: Any,
     ) -> ChatStream:
         """Stream a chat completion; returns once the first chunk has arrived.
@@ -153,10 +162,14 @@ class ChatClient:
             timeout: this call's budget in seconds (default: the client's
                 ``timeout``); counted from this call, shared by every attempt,
                 backoff and read, and never longer than the current
-                ``deadline()`` scope or ``budget`` allow.
+                ``deadline()`` scope or ``budget`` allow. ``inf``: no limit of
+                the call's own; ``0`` or less: ``ValueError``. ``None`` still
+                means "the client's" (deprecated: leave it out).
             budget: a :class:`Budget` the call also runs under (the tighter wins).
             first_event_timeout: the longest wait for the first chunk of each
-                attempt (default: the client's; ``0`` disables it).
+                attempt (default: the client's). An idle limit: ``<= 0`` or
+                ``inf`` turns it off. ``None`` still means "the client's"
+                (deprecated: leave it out).
             **params: more request body fields (``temperature``, ``max_tokens``,
                 ``stream_options``, ...), sent as given.
 
@@ -187,7 +200,7 @@ class ChatClient:
         messages: Sequence[Mapping[str, Any]],
         *,
         model: Optional[str] = None,
-        timeout: Optional[Duration] = None,
+        timeout: Optional[Duration] = CLIENT_DEFAULT,
         budget: Optional[Budget] = None,
         **params: Any,
     ) -> Dict[str, Any]:
@@ -201,7 +214,8 @@ class ChatClient:
         Args:
             messages: the chat messages, a non-empty list of dicts with a ``role``.
             model: the model for this call (default: the client's).
-            timeout: this call's budget in seconds (default: the client's ``timeout``).
+            timeout: this call's budget in seconds (default: the client's
+                ``timeout``), as for :meth:`stream`.
             budget: a :class:`Budget` the call also runs under (the tighter wins).
             **params: more request body fields, sent as given.
 
@@ -216,7 +230,7 @@ class ChatClient:
                 (``'response_too_large'``).
             TypeError, ValueError: a bad argument, or no model given.
         """
-        call = self._call(messages, model, params, stream=False, first=None)
+        call = self._call(messages, model, params, stream=False, first=CLIENT_DEFAULT)
         active, owner, release = self._budget(timeout, budget)
         try:
             return run_in_call(
@@ -254,17 +268,13 @@ class ChatClient:
     # -- helpers -------------------------------------------------------------------------
 
     def _budget(
-        self, timeout: Optional[Duration], budget: Optional[Budget]
+        self, timeout: Any, budget: Optional[Budget]
     ) -> Tuple[Budget, Budget, Callable[[], None]]:
         if budget is not None and not isinstance(budget, Budget):
             raise TypeError(
                 f"budget must be a watchdog_sync.Budget or None, not {type(budget).__name__}"
             )
-        seconds = (
-            self._settings.timeout
-            if timeout is None
-            else validate_duration(timeout, "timeout", allow_zero=False)
-        )
+        seconds = call_timeout(timeout, self._settings)
         return _scope.joined_budget(budget, seconds, stage=STAGE)
 
     def _call(
@@ -274,7 +284,7 @@ class ChatClient:
         params: Dict[str, Any],
         *,
         stream: bool,
-        first: Optional[Duration],
+        first: Any,
     ) -> ChatCall:
         if self._closed:
             raise RuntimeError("this ChatClient is closed; create a new one")
@@ -305,9 +315,7 @@ class ChatClient:
             request_id=request_id,
             model=chosen,
             idle_timeout=settings.idle_timeout,
-            first_event_timeout=(
-                settings.first_event_timeout if first is None else first_event_limit(first)
-            ),
+            first_event_timeout=call_first_event(first, settings),
             connect_timeout=settings.connect_timeout,
         )
 

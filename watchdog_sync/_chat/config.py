@@ -1,67 +1,56 @@
 """ChatClient settings: explicit argument > environment variable > default, resolved once.
 
-Each setting's signature default is a private sentinel (shown as
-``$WATCHDOG_SYNC_TIMEOUT or 600``), so "not given" (read the environment, then
-the default) can be told apart from an explicit value, ``None`` included.
+The environment is read by ``_core/config.py``, as for every entry point; this
+module only gathers a client's settings into one frozen value. Each setting's
+signature default is a sentinel (shown as ``$WATCHDOG_SYNC_TIMEOUT or 600``),
+so "not given" can be told apart from an explicit value, ``None`` included.
 """
 
 from __future__ import annotations
 
-import datetime
-import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from .._core.config import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_TIMEOUT,
-    ENV_CONNECT_TIMEOUT,
-    ENV_IDLE_TIMEOUT,
-    ENV_MAX_ATTEMPTS,
-    ENV_TIMEOUT,
-    env_int,
-    env_seconds,
+    AS_IDLE,
+    CONNECT_TIMEOUT_UNSET,
+    IDLE_TIMEOUT_UNSET,
+    TIMEOUT_UNSET,
+    budget_limit,
+    deprecated,
+    first_limit,
+    idle_setting,
 )
-from .._core.durations import validate_duration
-from .._retry.policy import RetryPolicy
+from .._retry.policy import RetryPolicy, default_policy
 
 __all__ = [
+    "AS_IDLE",
+    "CLIENT_DEFAULT",
     "CONNECT_TIMEOUT_UNSET",
-    "DEFAULT_CHAT_MAX_ATTEMPTS",
     "IDLE_TIMEOUT_UNSET",
     "TIMEOUT_UNSET",
     "ChatSettings",
-    "first_event_limit",
+    "call_first_event",
+    "call_timeout",
     "resolve",
 ]
 
-DEFAULT_CHAT_MAX_ATTEMPTS = 3
 
+class _ClientDefault:
+    """The default of a per-call limit: the client's setting."""
 
-class _Unset:
-    """A signature default meaning "not given": the environment variable, else the default."""
-
-    __slots__ = ("_text",)
-
-    def __init__(self, env: str, default: float) -> None:
-        self._text = f"${env} or {default:g}"
+    __slots__ = ()
 
     def __repr__(self) -> str:
-        return self._text  # what help() and the docs show as the default
+        return "the client's"
 
 
-TIMEOUT_UNSET: Any = _Unset(ENV_TIMEOUT, DEFAULT_TIMEOUT)
-IDLE_TIMEOUT_UNSET: Any = _Unset(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
-CONNECT_TIMEOUT_UNSET: Any = _Unset(ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT)
+CLIENT_DEFAULT: Any = _ClientDefault()
 
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """A client's resolved limits, in seconds; ``None`` means "no limit of its own".
-
-    ``first_event_timeout`` is ``None`` for "the idle limit" and ``0.0`` when disabled.
-    """
+    """A client's resolved limits, in seconds; ``None`` means "off" (no limit of its own)."""
 
     timeout: Optional[float]
     idle_timeout: Optional[float]
@@ -83,58 +72,45 @@ def resolve(
     A malformed environment value raises ``ValueError`` naming the variable and the value.
     """
     if retry is None:
-        retry = RetryPolicy(max_attempts=env_int(ENV_MAX_ATTEMPTS, DEFAULT_CHAT_MAX_ATTEMPTS))
+        retry = default_policy()
     elif not isinstance(retry, RetryPolicy):
         raise TypeError(
             f"retry must be a watchdog_sync.RetryPolicy or None, not {type(retry).__name__} "
             "(RetryPolicy(max_attempts=1) turns retries off)"
         )
+    idle = idle_setting(idle_timeout)
     return ChatSettings(
-        timeout=_positive(timeout, "timeout", ENV_TIMEOUT, DEFAULT_TIMEOUT),
-        idle_timeout=_idle(idle_timeout),
-        first_event_timeout=first_event_limit(first_event_timeout),
-        connect_timeout=_positive(
-            connect_timeout, "connect_timeout", ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT
-        ),
+        timeout=budget_limit(timeout, "timeout"),
+        idle_timeout=idle,
+        first_event_timeout=first_limit(first_event_timeout, idle, "first_event_timeout"),
+        connect_timeout=budget_limit(connect_timeout, "connect_timeout"),
         retry=retry,
     )
 
 
-def first_event_limit(value: Any) -> Optional[float]:
-    """``first_event_timeout``: ``None`` (the idle limit), ``0.0`` (disabled) or seconds."""
+def call_timeout(value: Any, settings: ChatSettings) -> Optional[float]:
+    """A call's ``timeout=``: not given (or, deprecated, ``None``) is the client's."""
+    if value is CLIENT_DEFAULT:
+        return settings.timeout
     if value is None:
-        return None
-    seconds = _disabling(value, "first_event_timeout")
-    return 0.0 if seconds is None else seconds
+        deprecated(
+            "timeout=None on a call means 'the client's timeout' and will mean 'off', as "
+            "None does for every other limit: leave timeout out for the client's, pass "
+            "math.inf for no limit of the call's own"
+        )
+        return settings.timeout
+    return budget_limit(value, "timeout")
 
 
-def _positive(value: Any, name: str, env: str, default: float) -> Optional[float]:
-    """A limit that must be > 0; ``None`` or ``inf`` means no limit of its own."""
-    if isinstance(value, _Unset):
-        seconds = env_seconds(env, default)
-        if seconds <= 0:
-            raise ValueError(
-                f"environment variable {env}={os.environ.get(env)!r} must be more than 0 "
-                "seconds; fix or unset it"
-            )
-        return seconds
-    return validate_duration(value, name, allow_zero=False)
-
-
-def _idle(value: Any) -> Optional[float]:
-    """The idle limit: ``None``, ``0`` or less (also from the environment) disables it."""
-    if isinstance(value, _Unset):
-        seconds = env_seconds(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
-        return seconds if seconds > 0 else None
+def call_first_event(value: Any, settings: ChatSettings) -> Optional[float]:
+    """A call's ``first_event_timeout=``: not given (or, deprecated, ``None``) is the client's."""
+    if value is CLIENT_DEFAULT:
+        return settings.first_event_timeout
     if value is None:
-        return None
-    return _disabling(value, "idle_timeout")
-
-
-def _disabling(value: Any, name: str) -> Optional[float]:
-    """Seconds, or ``None`` when ``value`` is ``<= 0`` or ``inf`` (the limit is off)."""
-    if isinstance(value, datetime.timedelta) and value <= datetime.timedelta(0):
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-        return None
-    return validate_duration(value, name)
+        deprecated(
+            "first_event_timeout=None on a call means 'the client's' and will mean 'off', as "
+            "None does for every other limit: leave it out for the client's, pass 0 to turn "
+            "it off"
+        )
+        return settings.first_event_timeout
+    return first_limit(value, settings.idle_timeout, "first_event_timeout")

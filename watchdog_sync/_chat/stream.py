@@ -10,11 +10,12 @@ iterating carry ``retryable=False`` and outer retry loops leave them alone.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .._core import scope as _scope
 from .._core.budget import Budget
+from .._core.config import AS_IDLE
+from .._core.durations import off
 from .._core.errors import (
     Cancelled,
     HTTPStatusError,
@@ -229,8 +230,12 @@ class ChatStream:
             headers=call.headers,
             session=call.session,
             idle_timeout=call.idle_timeout,
-            first_event_timeout=call.first_event_timeout,
-            connect_timeout=math.inf if call.connect_timeout is None else call.connect_timeout,
+            first_event_timeout=(  # the same limit as idle: errors then name idle_timeout
+                AS_IDLE
+                if call.first_event_timeout == call.idle_timeout
+                else off(call.first_event_timeout)
+            ),
+            connect_timeout=off(call.connect_timeout),
         )
         self._sse = sse
         self._events = iter(sse)

@@ -135,6 +135,11 @@ def deadline(
     :class:`OperationCancelled` (``budget.cancel()``); an end of an outer
     scope's budget passes through to that scope.
 
+    ``timeout``: seconds; ``None`` or ``inf`` adds no limit of its own (the
+    outer scopes still apply); ``0`` is a scope whose budget has already
+    ended; a negative value is a ``ValueError`` (a budget's limit is never
+    "off" by being <= 0, unlike an idle limit); more than 7 days is clamped.
+
     Example::
 
         with deadline(10, stage="sample") as budget:

@@ -10,9 +10,10 @@ import math
 import random as _random
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, TypeVar
 
-from .._core.config import DEFAULT_MAX_ATTEMPTS, ENV_MAX_ATTEMPTS, env_int
+from .._core import config as _config
+from .._core.config import DEFAULT_MAX_ATTEMPTS, deprecated
 from .._core.durations import Duration, validate_duration
 from .budget import RetryBudget
 from .classify import Classification
@@ -27,7 +28,7 @@ elif TYPE_CHECKING:  # Python 3.9: only type checkers need it (annotations are s
 
     P = ParamSpec("P")
 
-__all__ = ["RetryPolicy", "checked_policy"]
+__all__ = ["RetryPolicy", "checked_policy", "default_policy"]
 
 T = TypeVar("T")
 
@@ -37,8 +38,35 @@ _IN_ATTEMPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
-@dataclass(frozen=True, init=False, repr=False)
-class RetryPolicy:
+_POSITIONAL = (
+    "max_attempts",
+    "initial_backoff",
+    "multiplier",
+    "max_backoff",
+    "jitter",
+    "respect_retry_after",
+    "classify",
+    "retry_budget",
+)
+
+
+@dataclass(frozen=True, repr=False)
+class _PolicyFields:
+    """A policy's fields, validated and normalised before the object is built."""
+
+    max_attempts: int
+    initial_backoff: float
+    multiplier: float
+    max_backoff: float
+    jitter: float
+    respect_retry_after: bool
+    classify: Callable[[BaseException], Classification]
+    retry_budget: Optional[RetryBudget]
+    max_retry_after: float
+    random: Callable[[], float]
+
+
+class RetryPolicy(_PolicyFields):
     """How a call is retried: how often, how long to wait, and which failures count.
 
     The wait before retry number ``attempt + 1`` (``attempt`` 0-based: the
@@ -53,8 +81,13 @@ class RetryPolicy:
     never below the server's value (jitter only upward), capped at
     ``max_retry_after``.
 
+    Keyword arguments only (positional ones still work, with a
+    ``DeprecationWarning``), validated here, once, when the policy is built.
+
     Args:
-        max_attempts: attempts in all, the first included (``>= 1``).
+        max_attempts: attempts in all, the first included (``>= 1``; 1 turns
+            retries off). The default policy of :func:`retry_call` and
+            :class:`ChatClient` has ``WATCHDOG_SYNC_MAX_ATTEMPTS`` or 6.
         initial_backoff: seconds before the first retry, before jitter.
         multiplier: growth of the backoff per retry (``>= 1``).
         max_backoff: cap on the backoff before jitter, in seconds.
@@ -62,28 +95,22 @@ class RetryPolicy:
         respect_retry_after: honour the server's ``Retry-After``.
         classify: ``classify(exc) -> Classification``; decides what is retried.
         retry_budget: a :class:`RetryBudget` shared with other calls, or ``None``.
-        max_retry_after: cap on a ``Retry-After`` wait, in seconds (keyword-only).
-        random: a source of floats in ``[0, 1)`` for the jitter (keyword-only;
-            pass ``random.Random(seed).random`` for repeatable waits).
+        max_retry_after: cap on a ``Retry-After`` wait, in seconds.
+        random: a source of floats in ``[0, 1)`` for the jitter (pass
+            ``random.Random(seed).random`` for repeatable waits).
+
+    The waits are not limits and cannot be off: each is a finite number of
+    seconds ``>= 0`` (``0`` retries at once), more than 7 days is clamped to
+    7 days; ``None``, negatives and ``inf`` are errors naming the argument.
 
     Frozen: derive a variant with ``dataclasses.replace(policy, max_attempts=3)``.
     The policy never waits itself; :func:`retry_call` does, inside the budget.
     """
 
-    max_attempts: int
-    initial_backoff: float
-    multiplier: float
-    max_backoff: float
-    jitter: float
-    respect_retry_after: bool
-    classify: Callable[[BaseException], Classification]
-    retry_budget: Optional[RetryBudget]
-    max_retry_after: float
-    random: Callable[[], float]
-
     def __init__(
         self,
-        max_attempts: int = 6,
+        *args: Any,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         initial_backoff: Duration = 1.5,
         multiplier: float = 2.0,
         max_backoff: Duration = 60.0,
@@ -91,44 +118,24 @@ class RetryPolicy:
         respect_retry_after: bool = True,
         classify: Callable[[BaseException], Classification] = _default_classify,
         retry_budget: Optional[RetryBudget] = None,
-        *,
         max_retry_after: Duration = 60.0,
         random: Callable[[], float] = _random.random,
     ) -> None:
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-            raise TypeError(
-                f"max_attempts must be a whole number >= 1, not {type(max_attempts).__name__}"
-            )
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1 (1 means no retry), got {max_attempts}")
-        _number(multiplier, "multiplier", low=1.0, high=math.inf)
-        _number(jitter, "jitter", low=0.0, high=1.0)
-        if not isinstance(respect_retry_after, bool):
-            raise TypeError(
-                f"respect_retry_after must be True or False, not {type(respect_retry_after).__name__}"
-            )
-        if not callable(classify):
-            raise TypeError("classify must be a callable: classify(exc) -> Classification")
-        if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
-            raise TypeError(
-                f"retry_budget must be a RetryBudget or None, not {type(retry_budget).__name__}"
-            )
-        if not callable(random):
-            raise TypeError("random must be a callable returning floats in [0, 1)")
-        fields: Dict[str, Any] = {
+        given: Dict[str, Any] = {
             "max_attempts": max_attempts,
-            "initial_backoff": _seconds(initial_backoff, "initial_backoff"),
-            "multiplier": float(multiplier),
-            "max_backoff": _seconds(max_backoff, "max_backoff"),
-            "jitter": float(jitter),
+            "initial_backoff": initial_backoff,
+            "multiplier": multiplier,
+            "max_backoff": max_backoff,
+            "jitter": jitter,
             "respect_retry_after": respect_retry_after,
             "classify": classify,
             "retry_budget": retry_budget,
-            "max_retry_after": _seconds(max_retry_after, "max_retry_after"),
+            "max_retry_after": max_retry_after,
             "random": random,
         }
-        for name, value in fields.items():
-            object.__setattr__(self, name, value)
+        if args:
+            _positional(args, given)
+        super().__init__(**_validated(**given))
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt ``attempt + 1`` (``attempt`` is 0-based).
@@ -172,14 +179,76 @@ class RetryPolicy:
 
 def checked_policy(policy: Optional[RetryPolicy], hint: str = "") -> RetryPolicy:
     if policy is None:
-        return _default_policy()
+        return default_policy()
     if not isinstance(policy, RetryPolicy):
         raise TypeError(f"policy must be a RetryPolicy or None, not {type(policy).__name__}{hint}")
     return policy
 
 
-def _default_policy() -> RetryPolicy:
-    return RetryPolicy(max_attempts=env_int(ENV_MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS))
+def default_policy() -> RetryPolicy:
+    """The policy of a call given none: ``WATCHDOG_SYNC_MAX_ATTEMPTS`` (else 6) attempts."""
+    return RetryPolicy(max_attempts=_config.max_attempts())
+
+
+def _positional(args: Tuple[Any, ...], given: Dict[str, Any]) -> None:
+    """Map the old positional arguments onto ``given``, with a ``DeprecationWarning``."""
+    if len(args) > len(_POSITIONAL):
+        raise TypeError(f"RetryPolicy takes keyword arguments only ({len(args)} positional given)")
+    names = _POSITIONAL[: len(args)]
+    deprecated(
+        "RetryPolicy takes keyword arguments only; positional ones are deprecated: write "
+        + ", ".join(f"{name}=..." for name in names)
+    )
+    for name, value in zip(names, args):
+        given[name] = value
+
+
+def _validated(
+    *,
+    max_attempts: Any,
+    initial_backoff: Any,
+    multiplier: Any,
+    max_backoff: Any,
+    jitter: Any,
+    respect_retry_after: Any,
+    classify: Any,
+    retry_budget: Any,
+    max_retry_after: Any,
+    random: Any,
+) -> Dict[str, Any]:
+    """Every check of a policy's arguments, in one place; returns the normalised fields."""
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise TypeError(
+            f"max_attempts must be a whole number >= 1, not {type(max_attempts).__name__}"
+        )
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1 (1 means no retry), got {max_attempts}")
+    _number(multiplier, "multiplier", low=1.0, high=math.inf)
+    _number(jitter, "jitter", low=0.0, high=1.0)
+    if not isinstance(respect_retry_after, bool):
+        raise TypeError(
+            f"respect_retry_after must be True or False, not {type(respect_retry_after).__name__}"
+        )
+    if not callable(classify):
+        raise TypeError("classify must be a callable: classify(exc) -> Classification")
+    if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
+        raise TypeError(
+            f"retry_budget must be a RetryBudget or None, not {type(retry_budget).__name__}"
+        )
+    if not callable(random):
+        raise TypeError("random must be a callable returning floats in [0, 1)")
+    return {
+        "max_attempts": max_attempts,
+        "initial_backoff": _seconds(initial_backoff, "initial_backoff"),
+        "multiplier": float(multiplier),
+        "max_backoff": _seconds(max_backoff, "max_backoff"),
+        "jitter": float(jitter),
+        "respect_retry_after": respect_retry_after,
+        "classify": classify,
+        "retry_budget": retry_budget,
+        "max_retry_after": _seconds(max_retry_after, "max_retry_after"),
+        "random": random,
+    }
 
 
 def _seconds(value: Duration, name: str) -> float:

@@ -113,7 +113,9 @@ def run_sample(
     Args:
         fn: the sample: any callable (picklable in process mode).
         *args: positional arguments for ``fn``.
-        timeout: seconds (``float`` or ``timedelta``), finite and ``> 0``.
+        timeout: seconds (``float`` or ``timedelta``), finite and ``> 0``:
+            this limit cannot be off (``None``, ``inf``, ``0`` and negatives
+            are errors naming it); more than 7 days is clamped to 7 days.
         isolate: ``"thread"`` (default) or ``"process"``.
         **kwargs: keyword arguments for ``fn``. ``timeout`` and ``isolate``
             are ``run_sample``'s own and never reach ``fn``: to give ``fn`` a

@@ -20,13 +20,15 @@ import urllib3.exceptions
 
 from .._core.budget import Budget
 from .._core.config import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT,
-    ENV_CONNECT_TIMEOUT,
-    ENV_IDLE_TIMEOUT,
-    env_seconds,
+    AS_IDLE,
+    CONNECT_TIMEOUT_UNSET,
+    IDLE_TIMEOUT_UNSET,
+    budget_limit,
+    deprecated,
+    first_limit,
+    idle_setting,
 )
-from .._core.durations import Duration, validate_duration
+from .._core.durations import Duration, off
 from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
 from .._core.redact import clean_headers, excerpt, header_secrets, scrub_exception, url_secrets
 from .._core.scope import current_budget, using_budget
@@ -48,7 +50,6 @@ _READ_ERRORS = (
     requests.RequestException,
     ValueError,
 )
-_UNSET: Any = object()
 
 
 class _FramedSSEClient(sseclient.SSEClient):
@@ -121,9 +122,9 @@ def stream_sse(
     json: Any = None,
     headers: Optional[Mapping[str, str]] = None,
     session: Optional[Session] = None,
-    idle_timeout: Optional[Duration] = _UNSET,
-    first_event_timeout: Optional[Duration] = None,
-    connect_timeout: Optional[Duration] = None,
+    idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
+    first_event_timeout: Optional[Duration] = AS_IDLE,
+    connect_timeout: Optional[Duration] = CONNECT_TIMEOUT_UNSET,
     budget: Optional[Budget] = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> SSEStream:
@@ -138,15 +139,20 @@ def stream_sse(
             invisible characters, and one left inside is a ``ValueError`` that
             does not show the value).
         session: a :class:`Session` to send with; a private one by default.
-        idle_timeout: the longest gap allowed between data events; ``None`` or
-            ``<= 0`` disables the idle watchdog. Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT``
-            or 120 s.
+        idle_timeout: the longest gap allowed between data events. Default:
+            ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s, read at each call. An idle
+            limit: ``None``, ``inf`` or any value ``<= 0`` turns the idle
+            watchdog off (the budget still applies).
         first_event_timeout: the longest wait from sending the request to the
             first data event, response headers included (default: ``idle_timeout``).
+            An idle limit: ``<= 0`` or ``inf`` turns it off. ``None`` still means
+            "as ``idle_timeout``" (deprecated: leave it out).
         connect_timeout: cap on establishing the connection (default:
-            ``WATCHDOG_SYNC_CONNECT_TIMEOUT`` or 10 s). A connect in progress cannot
-            be shut from outside, so this also bounds how long the reader thread
-            lingers after an early stop during connect.
+            ``WATCHDOG_SYNC_CONNECT_TIMEOUT`` or 10 s, read at each call). ``inf``:
+            off; ``0`` or less: ``ValueError``. ``None`` still means the default
+            (deprecated: leave it out; ``None`` will mean off). A connect in
+            progress cannot be shut from outside, so this also bounds how long
+            the reader thread lingers after an early stop during connect.
         budget: the budget the stream runs under (with the current scope's: the
             tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
@@ -170,11 +176,17 @@ def stream_sse(
             "session must be a watchdog_sync.Session (a plain requests.Session cannot be "
             f"shut from outside), not {type(session).__name__}"
         )
-    if idle_timeout is _UNSET:
-        idle_timeout = env_seconds(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
+    idle = idle_setting(idle_timeout)
+    first = first_limit(first_event_timeout, idle, "first_event_timeout")
+    named = first_event_timeout is not AS_IDLE and first_event_timeout is not None
     if connect_timeout is None:
-        connect_timeout = env_seconds(ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT)
-    connect = validate_duration(connect_timeout, "connect_timeout")
+        deprecated(
+            "stream_sse(connect_timeout=None) means 'the default' and will mean 'off', as "
+            "None does for every other limit: leave connect_timeout out for the default, "
+            "pass math.inf for no connect limit"
+        )
+        connect_timeout = CONNECT_TIMEOUT_UNSET
+    connect = budget_limit(connect_timeout, "connect_timeout")
     framer = EventFramer(max_event_bytes)
     stream = SSEStream()
     base = budget if budget is not None else current_budget()
@@ -221,8 +233,8 @@ def stream_sse(
 
     guarded = guard_stream(
         events(),
-        idle_timeout=idle_timeout,
-        first_item_timeout=first_event_timeout,
+        idle_timeout=off(idle),
+        first_item_timeout=off(first) if named else AS_IDLE,
         budget=budget,
         on_timeout=lambda: abort.cancel("stream_stopped"),
     )

@@ -9,13 +9,13 @@ an idle timeout or the budget's end shuts the source from outside through
 
 from __future__ import annotations
 
-import datetime
 import itertools
 from typing import Callable, Generic, Iterable, Iterator, List, Optional, TypeVar
 
 from .._core import scope as _scope
 from .._core.budget import Budget
-from .._core.durations import Duration, validate_duration
+from .._core.config import AS_IDLE, first_limit
+from .._core.durations import Duration, idle_limit
 from .channel import (
     DEFAULT_MAX_BUFFERED,
     READER_THREAD_NAME,
@@ -93,20 +93,11 @@ class GuardedStream(Generic[T]):
         return f"<GuardedStream {state} items={stats.items} lifetime={stats.lifetime:.3f}s>"
 
 
-def _limit(value: Optional[Duration], name: str) -> Optional[float]:
-    """Seconds, or ``None`` when the limit is disabled (``None``, ``<= 0``, ``inf``)."""
-    if isinstance(value, datetime.timedelta) and value <= datetime.timedelta(0):
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-        return None
-    return validate_duration(value, name)
-
-
 def guard_stream(
     source: Iterable[T],
     *,
     idle_timeout: Optional[Duration],
-    first_item_timeout: Optional[Duration] = None,
+    first_item_timeout: Optional[Duration] = AS_IDLE,
     budget: Optional[Budget] = None,
     on_timeout: Optional[Callable[[], object]] = None,
     max_buffered: int = DEFAULT_MAX_BUFFERED,
@@ -127,14 +118,18 @@ def guard_stream(
     items every ``0.8 * idle_timeout`` never trip it, and a slow consumer never
     causes a timeout; the price is that a source which goes silent while the
     consumer is busy is detected ``idle_timeout`` after the consumer comes back
-    for more. ``None``, ``<= 0`` or ``inf`` disables a limit; the budget still
-    applies (and ends a stream whose consumer never has to wait: it is checked
-    before each batch of buffered items is handed over).
+    for more. Both are idle limits: ``None``, ``inf`` or any value ``<= 0``
+    turns one off; the budget still applies (and ends a stream whose consumer
+    never has to wait: it is checked before each batch of buffered items is
+    handed over). Values above 7 days are clamped to 7 days.
 
     Args:
         source: any iterable, typically a generator doing blocking reads.
-        idle_timeout: seconds allowed between items (float or ``timedelta``).
-        first_item_timeout: seconds allowed until the first item.
+        idle_timeout: seconds allowed between items (float or ``timedelta``);
+            required, no environment default; ``None`` or ``<= 0``: off.
+        first_item_timeout: seconds allowed until the first item (default:
+            ``idle_timeout``); ``<= 0`` or ``inf``: off. ``None`` still means
+            "as ``idle_timeout``" (deprecated: leave it out).
         budget: the budget to honour; guard_stream is its boundary (its end
             becomes :class:`DeadlineExceeded` / :class:`OperationCancelled`).
             The current ``deadline()`` scope's budget is honoured as well.
@@ -189,8 +184,8 @@ def guard_stream(
             f"source must be an iterable (a generator, a response's iter_lines(), ...), "
             f"not {type(source).__name__}"
         ) from None
-    idle = _limit(idle_timeout, "idle_timeout")
-    first = idle if first_item_timeout is None else _limit(first_item_timeout, "first_item_timeout")
+    idle = idle_limit(idle_timeout, "idle_timeout")
+    first = first_limit(first_item_timeout, idle, "first_item_timeout")
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(
             f"budget must be a watchdog_sync.Budget or None, not {type(budget).__name__}"
@@ -204,7 +199,7 @@ def guard_stream(
     channel: Channel[T] = Channel(
         idle=idle,
         first=first,
-        first_named=first_item_timeout is not None,
+        first_named=first_item_timeout is not AS_IDLE and first_item_timeout is not None,
         budgets=_budgets_to_watch(budget),
         explicit=budget,
         on_timeout=on_timeout,
