@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from typing import Dict, List
 
 import pytest
 
@@ -103,3 +105,90 @@ def test_the_suggestion_is_three_times_the_longest_wait(
     first: object, gaps: list, expected: float
 ) -> None:
     assert suggest_idle_timeout(first, gaps) == expected  # type: ignore[arg-type]
+
+
+# -- the library's vocabulary: environment variables and the defaults --help shows --------
+
+URL = "http://127.0.0.1:1/v1"
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("WATCHDOG_SYNC_TIMEOUT", "WATCHDOG_SYNC_IDLE_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+# -- the CLI -------------------------------------------------------------------------------
+
+
+def test_probe_honours_the_idle_timeout_variable(
+    fault_gateway: FaultGateway,
+    clean_environment: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """watchdog-sync probe without --idle-timeout uses WATCHDOG_SYNC_IDLE_TIMEOUT (not its own 120 s)."""
+    clean_environment.setenv("WATCHDOG_SYNC_IDLE_TIMEOUT", "0.3")
+    url = fault_gateway.base_url("silent_after_200")
+    started = time.monotonic()
+    assert main(["probe", "--base-url", url, "--model", "m", "--json"]) == 1
+    assert time.monotonic() - started < 5
+    assert json.loads(capsys.readouterr().out)["reason"] == "stream_idle_timeout"
+
+
+def test_probe_honours_the_timeout_variable(
+    fault_gateway: FaultGateway,
+    clean_environment: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """WATCHDOG_SYNC_TIMEOUT bounds the whole probe; WATCHDOG_SYNC_IDLE_TIMEOUT=0 turns idle off."""
+    clean_environment.setenv("WATCHDOG_SYNC_TIMEOUT", "0.4")
+    clean_environment.setenv("WATCHDOG_SYNC_IDLE_TIMEOUT", "0")
+    url = fault_gateway.base_url("silent_after_200")
+    started = time.monotonic()
+    assert main(["probe", "--base-url", url, "--model", "m", "--json"]) == 1
+    assert time.monotonic() - started < 5
+    assert json.loads(capsys.readouterr().out)["reason"] == "deadline_exceeded"
+
+
+def test_probe_names_a_malformed_variable_and_exits_2(
+    clean_environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed WATCHDOG_SYNC_TIMEOUT is a one-line error naming it, exit code 2."""
+    clean_environment.setenv("WATCHDOG_SYNC_TIMEOUT", "10m")
+    assert main(["probe", "--base-url", URL, "--model", "m"]) == 2
+    assert "WATCHDOG_SYNC_TIMEOUT='10m'" in capsys.readouterr().err
+
+
+def _help(argv: List[str], capsys: pytest.CaptureFixture[str]) -> Dict[str, str]:
+    """Each option of ``argv --help`` and its help text, on one line."""
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--help"])
+    assert info.value.code == 0
+    blocks: Dict[str, str] = {}
+    name = ""
+    for line in capsys.readouterr().out.split("options:", 1)[1].splitlines():
+        if line.startswith("  -"):
+            name = line.split()[0].rstrip(",")
+            blocks[name] = line
+        elif name:
+            blocks[name] += " " + line.strip()
+    return blocks
+
+
+def test_help_shows_each_effective_default_and_where_it_comes_from(
+    clean_environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--help says 'built-in; $VAR overrides' or 'from $VAR' beside the effective value."""
+    shown = _help(["probe"], capsys)
+    assert "(default: 600 s, built-in; $WATCHDOG_SYNC_TIMEOUT overrides)" in shown["--timeout"]
+    assert (
+        "(default: 120 s, built-in; $WATCHDOG_SYNC_IDLE_TIMEOUT overrides)"
+        in shown["--idle-timeout"]
+    )
+    clean_environment.setenv("WATCHDOG_SYNC_TIMEOUT", "30")
+    assert "(default: 30 s, from $WATCHDOG_SYNC_TIMEOUT)" in _help(["probe"], capsys)["--timeout"]
+    for argv in (["probe"], ["gateway"]):
+        for option, text in _help(argv, capsys).items():
+            if option not in ("-h", "--base-url", "--model"):  # help, and the required ones
+                assert "(default:" in " ".join(text.split()), option

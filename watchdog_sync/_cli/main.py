@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import math
 import os
 import signal
 import sys
@@ -13,6 +12,7 @@ import threading
 from types import FrameType
 from typing import List, Optional
 
+from .._core.config import IDLE_TIMEOUT_UNSET, TIMEOUT_UNSET, Unset, origin
 from .._core.errors import WatchdogError
 from .._core.redact import safe_url
 from ..testing import FaultGateway
@@ -95,8 +95,6 @@ def _probe(args: argparse.Namespace) -> int:
     if not args.base_url.startswith(("http://", "https://")):
         shown = safe_url(args.base_url)
         return fail(f"--base-url must start with http:// or https://, got {shown!r}")
-    if not (args.timeout > 0 and math.isfinite(args.timeout)) or args.idle_timeout < 0:
-        return fail("--timeout must be > 0 and --idle-timeout >= 0 (seconds)")
     try:
         report = run_probe(
             args.base_url,
@@ -104,9 +102,11 @@ def _probe(args: argparse.Namespace) -> int:
             api_key=api_key,
             prompt=args.prompt,
             max_tokens=args.max_tokens,
-            timeout=args.timeout,
-            idle_timeout=args.idle_timeout or None,
+            timeout=TIMEOUT_UNSET if args.timeout is None else args.timeout,
+            idle_timeout=IDLE_TIMEOUT_UNSET if args.idle_timeout is None else args.idle_timeout,
         )
+    except ValueError as exc:  # a bad --timeout or environment value, named in the message
+        return fail(str(exc))
     except WatchdogError as exc:
         if args.json:
             print(json.dumps({"ok": False, "reason": exc.reason, "error": str(exc)}))
@@ -118,6 +118,15 @@ def _probe(args: argparse.Namespace) -> int:
         return 0
     print(_format_report(report))
     return 0
+
+
+_PROMPT = "Count from 1 to 20, one number per line."
+
+
+def _from_env(setting: Unset) -> str:
+    """``(default: 600 s, built-in; $VAR overrides)`` or ``(default: 30 s, from $VAR)``."""
+    value, source = origin(setting)
+    return f"(default: {value} s, {source})".replace("%", "%%")
 
 
 def _seconds(value: Optional[float]) -> str:
@@ -158,13 +167,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         description="Run the FaultGateway in the foreground and print one base URL per "
         "scenario; Ctrl-C (SIGINT) or SIGTERM stops it.",
     )
-    gateway.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
-    gateway.add_argument("--port", type=int, default=0, help="port (default 0: a free one)")
     gateway.add_argument(
-        "--allow-remote", action="store_true", help="allow a --host that is not loopback"
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, built-in)"
     )
-    gateway.add_argument("--certfile", help="PEM certificate chain: serve HTTPS")
-    gateway.add_argument("--keyfile", help="PEM private key, if not inside --certfile")
+    gateway.add_argument(
+        "--port", type=int, default=0, help="port (default: 0, a free one, built-in)"
+    )
+    gateway.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host that is not loopback (default: off, built-in)",
+    )
+    gateway.add_argument(
+        "--certfile", help="PEM certificate chain: serve HTTPS (default: none, plain HTTP)"
+    )
+    gateway.add_argument(
+        "--keyfile", help="PEM private key, if not inside --certfile (default: none)"
+    )
     gateway.set_defaults(run=_gateway)
     probe = commands.add_parser(
         "probe",
@@ -177,13 +196,37 @@ def main(argv: Optional[List[str]] = None) -> int:
     probe.add_argument("--base-url", required=True, help="e.g. https://api.example.com/v1")
     probe.add_argument("--model", required=True, help="the model to ask")
     probe.add_argument(
-        "--api-key-env", metavar="NAME", help="environment variable holding the API key"
+        "--api-key-env",
+        metavar="NAME",
+        help="environment variable holding the API key (default: none, no key is sent)",
     )
-    probe.add_argument("--prompt", default="Count from 1 to 20, one number per line.")
-    probe.add_argument("--max-tokens", type=int, default=128)
-    probe.add_argument("--timeout", type=float, default=120.0, help="whole probe, seconds")
-    probe.add_argument("--idle-timeout", type=float, default=120.0, help="seconds; 0 disables")
-    probe.add_argument("--json", action="store_true", help="print one JSON object")
+    probe.add_argument(
+        "--prompt",
+        default=_PROMPT,
+        help=f"what to ask (default: {_PROMPT!r}, built-in)",
+    )
+    probe.add_argument(
+        "--max-tokens",
+        type=int,
+        default=128,
+        help="max_tokens of the request (default: 128, built-in)",
+    )
+    probe.add_argument(
+        "--timeout",
+        type=float,
+        help="the whole probe, seconds; 'inf' turns it off " + _from_env(TIMEOUT_UNSET),
+    )
+    probe.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="the longest wait for the first event and between events, seconds; 0 or less "
+        "turns it off " + _from_env(IDLE_TIMEOUT_UNSET),
+    )
+    probe.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (default: off, a table for people)",
+    )
     probe.set_defaults(run=_probe)
     args = parser.parse_args(argv)
     return int(args.run(args))

@@ -17,6 +17,8 @@ import time
 from typing import Any, Dict, List, Mapping, Optional
 
 from .._core.budget import Budget
+from .._core.config import IDLE_TIMEOUT_UNSET, TIMEOUT_UNSET, budget_limit, idle_setting
+from .._core.durations import Duration, off
 from .._transport.sse import stream_sse
 
 __all__ = ["ProbeReport", "probe", "suggest_idle_timeout"]
@@ -67,15 +69,20 @@ def probe(
     api_key: Optional[str] = None,
     prompt: str = "Count from 1 to 20, one number per line.",
     max_tokens: int = 128,
-    timeout: float = 120.0,
-    idle_timeout: Optional[float] = 120.0,
+    timeout: Optional[Duration] = TIMEOUT_UNSET,
+    idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
 ) -> ProbeReport:
     """Stream one completion and return its timeline.
 
-    The whole probe is bounded by ``timeout``; a gap longer than
-    ``idle_timeout`` ends it with :class:`StreamIdleTimeout`. Failures raise
-    the usual :class:`WatchdogError` subclasses.
+    The whole probe is bounded by ``timeout`` (default ``WATCHDOG_SYNC_TIMEOUT``
+    or 600 s, as for ChatClient; ``None`` or ``inf``: off; ``<= 0``:
+    ``ValueError``); a gap longer than ``idle_timeout`` (default
+    ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s; ``None`` or ``<= 0``: off) ends it
+    with :class:`StreamIdleTimeout`. Failures raise the usual
+    :class:`WatchdogError` subclasses.
     """
+    total = budget_limit(timeout, "timeout")
+    idle = idle_setting(idle_timeout)
     url = base_url.rstrip("/") + "/chat/completions"
     headers: Dict[str, str] = {"Content-Type": "application/json"}
     if api_key:
@@ -90,7 +97,7 @@ def probe(
     arrivals: List[float] = []
     finish_reason: Optional[str] = None
     stream = stream_sse(
-        url, json=body, headers=headers, idle_timeout=idle_timeout, budget=Budget(timeout)
+        url, json=body, headers=headers, idle_timeout=off(idle), budget=Budget(total)
     )
     with stream:
         for event in stream:
@@ -98,7 +105,7 @@ def probe(
                 break
             arrivals.append(time.monotonic())
             finish_reason = _finish_reason(event.data) or finish_reason
-    total = time.monotonic() - started
+    took = time.monotonic() - started
     gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
     first = arrivals[0] - started if arrivals else None
     return ProbeReport(
@@ -111,7 +118,7 @@ def probe(
         gap_p90=_quantile(gaps, 0.90),
         gap_p99=_quantile(gaps, 0.99),
         gap_max=max(gaps) if gaps else None,
-        total=total,
+        total=took,
         finish_reason=finish_reason,
         suggested_idle_timeout=suggest_idle_timeout(first, gaps),
         status=stream.status,
