@@ -189,11 +189,9 @@ def test_retry_policy_is_built_from_its_fields_and_stays_frozen() -> None:
     policy = ws.RetryPolicy(max_attempts=2)
     with pytest.raises(AttributeError):
         policy.max_attempts = 5  # type: ignore[misc]
-    assert all(
-        parameter.kind is inspect.Parameter.KEYWORD_ONLY
-        for name, parameter in inspect.signature(ws.RetryPolicy).parameters.items()
-        if name != "args"
-    )
+    parameters = inspect.signature(ws.RetryPolicy).parameters.values()
+    assert all(parameter.kind is inspect.Parameter.KEYWORD_ONLY for parameter in parameters)
+    assert inspect.signature(ws.RetryPolicy).parameters["max_attempts"].default == 6
     with pytest.raises(ValueError, match="max_attempts must be >= 1"):
         ws.RetryPolicy(max_attempts=0)
 

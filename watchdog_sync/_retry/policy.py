@@ -6,6 +6,7 @@ The loop that applies a policy is ``loop.py`` (retry_call, @retrying).
 from __future__ import annotations
 
 import contextvars
+import inspect
 import math
 import random as _random
 import sys
@@ -175,6 +176,15 @@ class RetryPolicy(_PolicyFields):
             f"respect_retry_after={self.respect_retry_after}, "
             f"max_retry_after={self.max_retry_after}{extras})"
         )
+
+
+# help() and the docs show the keyword-only signature; ``*args`` only carries the
+# deprecated positional spelling.
+_INIT = inspect.signature(RetryPolicy.__init__)
+RetryPolicy.__signature__ = _INIT.replace(  # type: ignore[attr-defined]
+    parameters=[p for name, p in _INIT.parameters.items() if name not in ("self", "args")],
+    return_annotation=inspect.Signature.empty,
+)
 
 
 def checked_policy(policy: Optional[RetryPolicy], hint: str = "") -> RetryPolicy:
