@@ -95,3 +95,23 @@ def test_a_number_too_large_for_a_float_is_a_value_error_naming_the_parameter(
     with pytest.raises(ValueError, match="too large") as info:
         build()
     assert str(info.value).startswith(name)
+
+
+def test_a_huge_sleep_waits_and_wakes_on_cancel() -> None:
+    """Budget().sleep(1e10) is clamped: it waits (no OverflowError) until a cancel wakes it."""
+    budget = ws.Budget()
+    ws.Budget(0.1).on_done(lambda ended: budget.cancel())
+    started = time.monotonic()
+    with pytest.raises(ws.Cancelled):
+        budget.sleep(1e10)
+    assert 0.05 <= time.monotonic() - started < 5
+
+
+def test_a_huge_sample_timeout_is_clamped_and_the_sample_runs() -> None:
+    """run_sample(timeout=1e10) returns the sample's value; the watchdog thread stays alive."""
+    result = ws.run_sample(int, "7", timeout=1e10)
+    assert (result.ok, result.value) == (True, 7)
+    watchdogs = [t for t in threading.enumerate() if t.name == WATCHDOG_THREAD_NAME]
+    assert len(watchdogs) == 1
+    watchdogs[0].join(0.3)
+    assert watchdogs[0].is_alive()
