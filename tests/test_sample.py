@@ -28,6 +28,7 @@ from watchdog_sync import (
     DeadlineExceeded,
     Event,
     OperationCancelled,
+    OperationTimeout,
     SampleResult,
     TransportError,
     abandoned_workers,
@@ -319,11 +320,13 @@ def test_a_refused_connection_is_a_transport_failure(isolate: Isolate, closed_po
 
 @pytest.mark.parametrize("isolate", MODES)
 def test_an_inner_deadline_of_the_sample_is_an_operation_timeout(isolate: Isolate) -> None:
-    """'deadline_exceeded' is kept for run_sample's own timeout."""
+    """fn's own deadline is an OperationTimeout; 'deadline_exceeded' is run_sample's timeout."""
     result = run_sample(inner_deadline_expires, timeout=10, isolate=isolate)
     assert result.reason == "operation_timeout"
-    assert isinstance(result.error, DeadlineExceeded)
-    assert result.error.stage == "inner"
+    assert isinstance(result.error, OperationTimeout)
+    assert not isinstance(result.error, DeadlineExceeded)
+    assert (result.error.reason, result.error.stage) == ("operation_timeout", "inner")
+    assert "DeadlineExceeded" in repr(result.error.__cause__) + str(result.error.__cause__)
     assert result.elapsed < 5
 
 

@@ -7,9 +7,16 @@ The rules (documented on :func:`watchdog_sync.run_sample`):
   ``'deadline_exceeded'`` (or ``'cancelled'``), whatever ``fn`` did afterwards;
   a value returned late is discarded, an error raised late is kept as
   ``last_error`` of the :class:`DeadlineExceeded`.
-- ``fn`` raised while there was time: ``classify(error).reason``, except that a
-  :class:`DeadlineExceeded` of ``fn``'s own inner deadline is ``'operation_timeout'``
-  (``'deadline_exceeded'`` is kept for run_sample's timeout).
+- ``fn`` raised while there was time: ``classify(error).reason``. A
+  :class:`DeadlineExceeded` of ``fn``'s own inner deadline is a stage's own cap
+  that ran out before the sample's deadline: it comes back as an
+  :class:`OperationTimeout` (reason ``'operation_timeout'``, the inner error as
+  ``__cause__``), so the reason always agrees with the class, and
+  ``'deadline_exceeded'`` (a :class:`DeadlineExceeded`) means run_sample's
+  timeout.
+- An error whose ``str()`` or whose attributes raise is still reported: its
+  text is replaced by a note, and a ``classify`` that fails on it gives
+  ``'unknown'``.
 
 The end of an *outer* scope's budget is not an outcome: the runners raise its
 :class:`Cancelled` so that scope converts it, as every entry point does.
@@ -21,11 +28,25 @@ import dataclasses
 from typing import Any, Optional, Tuple
 
 from .._core.budget import Budget
-from .._core.errors import Cancelled, DeadlineExceeded, OperationCancelled
+from .._core.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    OperationCancelled,
+    OperationTimeout,
+    WatchdogError,
+)
 from .._core.scope import error_for
 from .._retry.classify import classify
 
-__all__ = ["Cause", "Outcome", "ended", "failure_reason", "settle", "stop_if_outer"]
+__all__ = [
+    "Cause",
+    "Outcome",
+    "ended",
+    "failure_reason",
+    "safe_text",
+    "settle",
+    "stop_if_outer",
+]
 
 Cause = Tuple[Budget, str]
 
@@ -40,11 +61,36 @@ class Outcome:
     abandoned: bool = False
 
 
+def safe_text(error: BaseException) -> str:
+    """``str(error)``, or a note saying that it raised (a hostile ``__str__``)."""
+    try:
+        return str(error)
+    except Exception as exc:
+        return f"<str() of this {type(error).__name__} raised {type(exc).__name__}>"
+
+
 def failure_reason(error: BaseException) -> str:
     """The reason for an error ``fn`` raised while its budget still had time."""
-    if isinstance(error, DeadlineExceeded):
-        return "operation_timeout"  # fn's own inner deadline, not run_sample's timeout
-    return classify(error).reason
+    try:
+        return classify(error).reason
+    except Exception:  # classify read an attribute (.response, ...) that raised
+        return "unknown"
+
+
+def _own_timeout(error: DeadlineExceeded) -> OperationTimeout:
+    """``fn``'s own inner deadline, seen from the sample: a stage's cap that ran out first."""
+    stage = f" (stage {error.stage!r})" if error.stage else ""
+    made = OperationTimeout(
+        f"a deadline of the sample's own{stage} ran out while the sample still had time: "
+        f"{safe_text(error)}",
+        stage=error.stage,
+        attempt=error.attempt,
+        elapsed=error.elapsed,
+        remaining=error.remaining,
+        request_id=error.request_id,
+    )
+    made.__cause__ = error
+    return made
 
 
 def ended(
@@ -58,10 +104,34 @@ def ended(
     reason = "deadline_exceeded" if cause[1] == "deadline_exceeded" else "cancelled"
     if isinstance(error, (DeadlineExceeded, OperationCancelled)) and error.reason == reason:
         return Outcome(error=error, reason=reason, abandoned=abandoned)  # the scope's own error
-    made = error_for(Cancelled(cause[0], cause[1]), last_error=error)
-    if note:
-        made.args = (f"{made.message}; {note}",)
+    describable = _str_works(error)  # error_for puts str(error) into its message
+    made = error_for(Cancelled(cause[0], cause[1]), last_error=error if describable else None)
+    if note or not describable:
+        late = "" if describable else f"; last error: {type(error).__name__}: {safe_text(error)}"
+        tail = f"; {note}" if note else ""
+        made = _rebuilt(made, f"{made.message}{late}{tail}", error)
     return Outcome(error=made, reason=reason, abandoned=abandoned)
+
+
+def _str_works(error: Optional[BaseException]) -> bool:
+    try:
+        str(error)
+    except Exception:
+        return False
+    return True
+
+
+def _rebuilt(made: WatchdogError, message: str, last: Optional[BaseException]) -> WatchdogError:
+    """``made`` with another message (errors are built with their fields, never changed)."""
+    fields = {
+        "stage": made.stage,
+        "elapsed": made.elapsed,
+        "remaining": made.remaining,
+        "request_id": made.request_id,
+    }
+    if isinstance(made, DeadlineExceeded):
+        return DeadlineExceeded(message, attempts=made.attempts, last_error=last, **fields)
+    return OperationCancelled(message, **fields)
 
 
 def settle(
@@ -76,6 +146,8 @@ def settle(
     if isinstance(error, Cancelled):
         # About a budget no scope of ours owns (fn checked a stray Budget): report it.
         error = error_for(error)
+    elif isinstance(error, DeadlineExceeded):
+        error = _own_timeout(error)
     return Outcome(error=error, reason=failure_reason(error))
 
 

@@ -1,21 +1,27 @@
-"""Process isolation: ``fn`` runs in a child process that is killed at the deadline.
+"""Process isolation: ``fn`` runs in a child process tree that is ended at the deadline.
 
 Start method: ``forkserver`` where the platform has it (Linux, macOS), else
-``spawn`` (see ``_sample_server``). Not ``fork``: the parent always has
-threads (the shared watchdog thread, the caller's own), and a forked child can
-deadlock on a lock another thread held at fork time (Python 3.12+ warns about
-exactly this), which here would turn into a false timeout. The fork server is
+``spawn`` (see ``server``). Not ``fork``: the parent always has threads (the
+shared watchdog thread, the caller's own), and a forked child can deadlock on
+a lock another thread held at fork time (Python 3.12+ warns about exactly
+this), which here would turn into a false timeout. The fork server is
 single-threaded and preloads what samples need, so a child starts in a few
 milliseconds. The price: ``fn`` and its arguments must be picklable.
 
-At the deadline the child gets SIGTERM, :data:`TERM_GRACE` seconds later
-SIGKILL, and is then reaped (joined and closed): no zombie, no orphan. Results
-and exceptions come back pickled; an exception that cannot be pickled comes
-back as a ``RuntimeError`` naming it, with the reason the child computed.
+The child leads the sample's process group (a subreaper on Linux; see
+``child`` and ``tree``). The result comes back in frames over a pipe that is
+read without blocking (``frames``), so the wait is bounded by the deadline
+whoever holds the pipe; a result still arriving at the deadline is a timeout.
+At the deadline the whole tree is stopped, sent SIGTERM, given
+:data:`TERM_GRACE` seconds, then SIGKILL; the child is reaped. After a
+success the child ends what ``fn`` left running itself. Results and exceptions
+come back pickled; an exception that cannot be pickled comes back as a
+``RuntimeError`` naming it, with the reason the child computed.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -23,32 +29,29 @@ import os
 import pickle
 import threading
 import time
-import traceback
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._core.budget import Budget
-from .._core.scope import boundary
-from .outcome import Outcome, ended, settle, stop_if_outer
+from .child import META, TERM_GRACE, sample_main
+from .frames import REPORT, RESULT, FrameReader, unpack_report
+from .outcome import Outcome, ended, stop_if_outer
+from .tree import end_group, stop_tree
 
 __all__ = ["EXIT_WAIT", "TERM_GRACE", "pickle_call", "run_in_process"]
-
-TERM_GRACE = 0.05
-"""Seconds between SIGTERM and SIGKILL (Python's default SIGTERM action kills at once)."""
 
 EXIT_WAIT = 0.05
 """Seconds a child that sent its result gets to exit by itself before it is terminated."""
 
 _POLL = 0.05  # the longest wait before looking at the caller's budget again (cancel)
 _REAP_LIMIT = 2.0  # after SIGKILL, only a process stuck in the kernel takes this long
-_ORPHANED = 70  # exit code of a child whose parent went away
+_DRAIN_LIMIT = 0.05  # reading what an exited child left in the pipe
+_PIPE_SIZE = 1 << 20  # Linux: a larger pipe moves large results in fewer reads
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 _log = logging.getLogger("watchdog_sync")
 # multiprocessing's bookkeeping (start, poll, join, close) reads other threads' processes
 # (Process.start() polls every child), so our threads do it one at a time.
 _lock = threading.Lock()
-
-_Message = Tuple[bool, Optional[bytes], Optional[str], str, str]
-# (returned, pickled value or exception, reason, description, child traceback)
 
 
 def pickle_call(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bytes:
@@ -65,33 +68,40 @@ def pickle_call(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str,
 
 
 def run_in_process(context: Any, budget: Budget, real_deadline: float, payload: bytes) -> Outcome:
-    """Run the pickled call in a child process started by ``context`` (see ``get_context``).
+    """Run the pickled call in a child process tree started by ``context`` (see ``get_context``).
 
-    Returns by ``real_deadline`` plus the kill time; raises the outer scope's
-    ``Cancelled`` when an enclosing budget ended first.
+    Returns by ``real_deadline`` plus the time to end the tree; raises the
+    outer scope's ``Cancelled`` when an enclosing budget ended first.
     """
     reader, writer = context.Pipe(duplex=False)
+    _enlarge(reader.fileno())
     process = context.Process(
-        target=_child_main, args=(writer, payload, real_deadline), name="watchdog_sync-sample"
+        target=sample_main, args=(writer, payload, real_deadline), name="watchdog_sync-sample"
     )
+    frames = FrameReader(reader.fileno())
     started = False
+    pid: Optional[int] = None
     try:
         try:
             with _lock:
                 process.start()
             started = True
+            pid = process.pid
         finally:
             writer.close()
-        kind, data = _await(reader, process, budget, real_deadline)
+        kind = _await(frames, process, budget, real_deadline)
         exitcode = _stop(process, 0.0 if kind == "ended" else EXIT_WAIT)
         started = False
+        frames.pump(time.monotonic() + _DRAIN_LIMIT)  # the child's report, if any
     finally:
-        if started:  # we are leaving early (an interrupt): still kill and reap the child
+        if started:  # we are leaving early (an interrupt): still end and reap the tree
             _stop(process, 0.0)
         reader.close()
+    _end_leftovers(pid, kind, frames.first(REPORT))
     if kind == "message":
-        assert data is not None
-        outcome = _decode(data)
+        result = frames.first(RESULT)
+        assert result is not None
+        outcome = _decode(result)
         if outcome.reason is not None:  # a failure as an outer scope ended: that scope decides
             stop_if_outer(budget, budget.end_cause())
         return outcome
@@ -102,34 +112,72 @@ def run_in_process(context: Any, budget: Budget, real_deadline: float, payload: 
     return ended(cause, note="the child process was killed", abandoned=exitcode is None)
 
 
-def _await(
-    reader: multiprocessing.connection.Connection,
-    process: Any,
-    budget: Budget,
-    real_deadline: float,
-) -> Tuple[str, Optional[bytes]]:
-    """``("message", data)``, ``("exited", None)`` or ``("ended", None)`` (deadline or cancel)."""
+def _end_leftovers(pid: Optional[int], kind: str, report: Optional[bytearray]) -> None:
+    """Log what the sample left running; end the group of a child that could not end it."""
+    if report is not None:
+        left = unpack_report(bytes(report))
+        if left:
+            _log.warning(
+                "watchdog_sync: the sample in process %s returned but left %d process(es) "
+                "running; they were ended (SIGTERM, then SIGKILL)",
+                pid,
+                left,
+            )
+    elif kind != "ended" and pid is not None and end_group(pid, TERM_GRACE):
+        _log.warning(
+            "watchdog_sync: the sample in process %s died without ending the processes it "
+            "started; what was left of its process group was ended",
+            pid,
+        )
+
+
+def _enlarge(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
+    except OSError:
+        pass  # not Linux, or over the system's limit: the default size works, more slowly
+
+
+def _await(frames: FrameReader, process: Any, budget: Budget, real_deadline: float) -> str:
+    """``"message"``, ``"exited"`` or ``"ended"`` (deadline or cancel; a result still
+    arriving then is a timeout). Never blocks past ``real_deadline``."""
+    sentinel = process.sentinel
     while True:
         left = real_deadline - time.monotonic()
         if left <= 0 or budget.ended:
-            return "ended", None
-        ready = multiprocessing.connection.wait([reader, process.sentinel], min(left, _POLL))
-        if reader in ready or (ready and reader.poll(0)):
-            try:
-                return "message", reader.recv_bytes()
-            except (EOFError, OSError):
-                return "exited", None  # died before (or while) sending
+            return "ended"
+        ready = multiprocessing.connection.wait([frames, sentinel], min(left, _POLL))
         if ready:
-            return "exited", None
+            frames.pump(real_deadline)
+        if frames.first(RESULT) is not None:
+            return "message"
+        if frames.closed or frames.broken or frames.first(REPORT) is not None:
+            return "exited"  # ended before (or while) sending
+        if sentinel in ready:
+            frames.pump(min(real_deadline, time.monotonic() + _DRAIN_LIMIT))
+            return "message" if frames.first(RESULT) is not None else "exited"
 
 
 def _stop(process: Any, wait_first: float) -> Optional[int]:
-    """Let ``process`` exit, else SIGTERM, then SIGKILL; reap it. Its exit code, once gone."""
+    """Let the child exit by itself, else end its whole tree (see ``stop_tree``); reap it.
+
+    Returns the child's exit code once it is gone.
+    """
     if not _exited(process, wait_first):
-        _signal(process, "terminate")
-        if not _exited(process, TERM_GRACE):
-            _signal(process, "kill")
-            _exited(process, _REAP_LIMIT)
+        with _lock:
+            alive = process.exitcode is None  # never signal a pid that may have been reused
+        if alive:
+            found, outside = stop_tree(process.pid, TERM_GRACE, lambda t: _exited(process, t))
+            if outside:
+                _log.warning(
+                    "watchdog_sync: %d of the %d process(es) the sample in process %s started "
+                    "had left its process group (a new session); they were found through the "
+                    "subreaper and ended",
+                    outside,
+                    found,
+                    process.pid,
+                )
+        _exited(process, _REAP_LIMIT)
     with _lock:
         process.join(0)
         if process.exitcode is None:
@@ -149,12 +197,6 @@ def _exited(process: Any, timeout: float) -> bool:
     return bool(multiprocessing.connection.wait([process.sentinel], timeout))
 
 
-def _signal(process: Any, how: str) -> None:
-    with _lock:
-        if process.exitcode is None:  # never signal a pid that may have been reused
-            getattr(process, how)()
-
-
 def _exit_text(code: Optional[int]) -> str:
     if code is None:
         how = "could not be reaped"
@@ -165,25 +207,35 @@ def _exit_text(code: Optional[int]) -> str:
     return f"the sample's child process {how} before sending a result"
 
 
-def _decode(data: bytes) -> Outcome:
-    returned, blob, reason, description, child_tb = pickle.loads(data)
+def _decode(data: bytearray) -> Outcome:
+    view = memoryview(data)
+    try:
+        (size,) = META.unpack_from(view)
+        returned, reason, description, child_tb, has_blob = pickle.loads(view[META.size :][:size])
+    except Exception as exc:  # not what the worker writes: something else wrote to the pipe
+        error = ChildProcessError(
+            f"the sample's result could not be read ({type(exc).__name__}); something in the "
+            "sample wrote to the result pipe"
+        )
+        return Outcome(error=error, reason="process_exited")
+    blob = view[META.size + size :]
     if returned:
         try:
             return Outcome(value=pickle.loads(blob))
         except Exception as exc:
-            error: BaseException = pickle.PicklingError(
+            failed: BaseException = pickle.PicklingError(
                 f"the sample returned {description}, which could not be unpickled in the "
                 f"caller: {type(exc).__name__}: {exc}"
             )
-            return Outcome(error=error, reason="not_picklable")
+            return Outcome(error=failed, reason="not_picklable")
     rebuilt: Optional[BaseException] = None
     try:
-        rebuilt = pickle.loads(blob) if blob is not None else None
+        rebuilt = pickle.loads(blob) if has_blob else None
     except Exception:
         rebuilt = None  # the child checked it, but the caller may lack a module the child had
     error = (
         rebuilt
-        if rebuilt is not None
+        if isinstance(rebuilt, BaseException)
         else RuntimeError(
             f"the sample raised {description}; the exception could not be pickled back "
             "from the child process (its traceback is attached as __cause__)"
@@ -198,82 +250,3 @@ class _ChildTraceback(Exception):
 
     def __str__(self) -> str:
         return f'\n"""\n{self.args[0]}"""'
-
-
-# -- in the child ---------------------------------------------------------------
-
-
-def _child_main(
-    writer: multiprocessing.connection.Connection, payload: bytes, real_deadline: float
-) -> None:
-    _exit_with_parent()
-    budget = Budget(deadline=real_deadline, stage="sample")
-    try:
-        fn, args, kwargs = pickle.loads(payload)
-    except Exception as exc:
-        error = pickle.UnpicklingError(
-            "fn or its arguments could not be unpickled in the child process: "
-            f"{type(exc).__name__}: {exc}; define fn in a module the child can import"
-        )
-        writer.send_bytes(_error_message(error, "not_picklable"))
-        return
-    returned, value, raised = False, None, None
-    try:
-        with boundary(budget):
-            value = fn(*args, **kwargs)
-        returned = True
-    except BaseException as exc:
-        # The process boundary: every outcome of fn goes back to the parent.
-        raised = exc
-    outcome = settle(budget.end_cause(), returned=returned, value=value, error=raised)
-    if outcome.reason is None:
-        writer.send_bytes(_value_message(outcome.value))
-    else:
-        assert outcome.error is not None
-        writer.send_bytes(_error_message(outcome.error, outcome.reason))
-
-
-def _exit_with_parent() -> None:
-    """Exit at once if the parent process goes away (no orphan keeps running ``fn``)."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-    sentinel = parent.sentinel
-
-    def watch() -> None:
-        multiprocessing.connection.wait([sentinel])
-        os._exit(_ORPHANED)
-
-    threading.Thread(target=watch, name="watchdog_sync-sample-parent-watch", daemon=True).start()
-
-
-def _describe(obj: object) -> str:
-    kind = type(obj)
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def _value_message(value: Any) -> bytes:
-    try:
-        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        error = pickle.PicklingError(
-            f"the sample returned a {_describe(value)}, which cannot be pickled back to the "
-            f"caller: {type(exc).__name__}: {exc}; return plain data from process samples"
-        )
-        return _error_message(error, "not_picklable")
-    message: _Message = (True, blob, None, f"a {_describe(value)}", "")
-    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _error_message(error: BaseException, reason: str) -> bytes:
-    description = f"{_describe(error)}: {error}"
-    child_tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    blob: Optional[bytes] = None
-    try:
-        pickled = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(pickled)  # some exceptions pickle but cannot be rebuilt (required args)
-        blob = pickled
-    except Exception:
-        pass  # sent as a description and traceback instead
-    message: _Message = (False, blob, reason, description, child_tb)
-    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
