@@ -47,7 +47,7 @@ def raise_hostile_after_the_deadline() -> None:
     try:
         current_budget().sleep(30)
     finally:
-        raise HostileError("late")  # noqa: B012 - replacing the stop signal is the attack
+        raise HostileError("late")  # replacing the stop signal is the attack
 
 
 def wait_for_the_deadline() -> None:

@@ -107,10 +107,14 @@ def ended(
     describable = _str_works(error)  # error_for puts str(error) into its message
     made = error_for(Cancelled(cause[0], cause[1]), last_error=error if describable else None)
     if note or not describable:
-        late = "" if describable else f"; last error: {type(error).__name__}: {safe_text(error)}"
+        late = "" if error is None or describable else f"; last error: {_text(error)}"
         tail = f"; {note}" if note else ""
         made = _rebuilt(made, f"{made.message}{late}{tail}", error)
     return Outcome(error=made, reason=reason, abandoned=abandoned)
+
+
+def _text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {safe_text(error)}"
 
 
 def _str_works(error: Optional[BaseException]) -> bool:
@@ -123,15 +127,23 @@ def _str_works(error: Optional[BaseException]) -> bool:
 
 def _rebuilt(made: WatchdogError, message: str, last: Optional[BaseException]) -> WatchdogError:
     """``made`` with another message (errors are built with their fields, never changed)."""
-    fields = {
-        "stage": made.stage,
-        "elapsed": made.elapsed,
-        "remaining": made.remaining,
-        "request_id": made.request_id,
-    }
     if isinstance(made, DeadlineExceeded):
-        return DeadlineExceeded(message, attempts=made.attempts, last_error=last, **fields)
-    return OperationCancelled(message, **fields)
+        return DeadlineExceeded(
+            message,
+            attempts=made.attempts,
+            last_error=last,
+            stage=made.stage,
+            elapsed=made.elapsed,
+            remaining=made.remaining,
+            request_id=made.request_id,
+        )
+    return OperationCancelled(
+        message,
+        stage=made.stage,
+        elapsed=made.elapsed,
+        remaining=made.remaining,
+        request_id=made.request_id,
+    )
 
 
 def settle(

@@ -21,11 +21,11 @@ come back pickled; an exception that cannot be pickled comes back as a
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import multiprocessing
 import multiprocessing.connection
-import os
 import pickle
 import threading
 import time
@@ -132,10 +132,9 @@ def _end_leftovers(pid: Optional[int], kind: str, report: Optional[bytearray]) -
 
 
 def _enlarge(fd: int) -> None:
-    try:
+    # Not Linux, or over the system's limit: the default size works, with more reads.
+    with contextlib.suppress(OSError):
         fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
-    except OSError:
-        pass  # not Linux, or over the system's limit: the default size works, more slowly
 
 
 def _await(frames: FrameReader, process: Any, budget: Budget, real_deadline: float) -> str:
@@ -146,7 +145,7 @@ def _await(frames: FrameReader, process: Any, budget: Budget, real_deadline: flo
         left = real_deadline - time.monotonic()
         if left <= 0 or budget.ended:
             return "ended"
-        ready = multiprocessing.connection.wait([frames, sentinel], min(left, _POLL))
+        ready = multiprocessing.connection.wait([frames.fileno(), sentinel], min(left, _POLL))
         if ready:
             frames.pump(real_deadline)
         if frames.first(RESULT) is not None:
@@ -213,11 +212,11 @@ def _decode(data: bytearray) -> Outcome:
         (size,) = META.unpack_from(view)
         returned, reason, description, child_tb, has_blob = pickle.loads(view[META.size :][:size])
     except Exception as exc:  # not what the worker writes: something else wrote to the pipe
-        error = ChildProcessError(
+        unreadable = ChildProcessError(
             f"the sample's result could not be read ({type(exc).__name__}); something in the "
             "sample wrote to the result pipe"
         )
-        return Outcome(error=error, reason="process_exited")
+        return Outcome(error=unreadable, reason="process_exited")
     blob = view[META.size + size :]
     if returned:
         try:

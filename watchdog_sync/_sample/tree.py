@@ -31,6 +31,7 @@ killer) ends nothing; its group is still ended by the caller.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -44,13 +45,14 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PAUSE = 0.005  # between two rounds of signals while a tree ends
 
 
-def _load_prctl() -> Optional["ctypes._CFuncPtr"]:
+def _load_prctl() -> Optional[Callable[..., int]]:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
+    return prctl
 
 
 _prctl = _load_prctl()  # resolved once, in the fork server (this module is preloaded there)
@@ -104,10 +106,8 @@ def _signal_group(group: int, sig: int) -> bool:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def end_own_tree(home: int, grace: float, limit: float) -> int:
