@@ -7,26 +7,39 @@ child writes one :data:`RESULT` frame (``fn``'s outcome), then one
 The caller never blocks on the pipe: :class:`FrameReader` reads a
 non-blocking descriptor as bytes arrive, so its wait stays bounded by the
 deadline whoever else holds the pipe's write end (a grandchild that
-inherited it, a child stopped or killed mid-send). Memory grows with the
-bytes that actually arrive, not with what a header claims.
+inherited it, a child stopped or killed mid-send). A large payload is read
+into an anonymous memory map of the announced size, whose pages the kernel
+provides only as bytes arrive: memory grows with what actually arrives, not
+with what a header claims, and nothing is copied or zero-filled up front.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import time
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
-__all__ = ["REPORT", "RESULT", "FrameReader", "pack_report", "unpack_report", "write_frame"]
+__all__ = [
+    "REPORT",
+    "RESULT",
+    "FrameReader",
+    "Payload",
+    "pack_report",
+    "unpack_report",
+    "write_frame",
+]
 
 RESULT = b"R"
 REPORT = b"T"
 
 _HEADER = struct.Struct("!cQ")
 _REPORT = struct.Struct("!I")  # how many processes fn left running
-_PREALLOCATE = 1 << 28  # at most this much is reserved up front for one payload
+_SMALL = 1 << 16  # payloads up to this size are read into a bytearray
 _CHUNK = 1 << 20
+
+Payload = Union[bytearray, mmap.mmap]
 
 
 def write_frame(fd: int, kind: bytes, *parts: bytes) -> None:
@@ -66,9 +79,9 @@ class FrameReader:
         self._header = b""
         self._kind = b""
         self._length = 0
-        self._payload = bytearray()
+        self._payload: Payload = bytearray()
         self._filled = 0
-        self.frames: List[Tuple[bytes, bytearray]] = []
+        self.frames: List[Tuple[bytes, Payload]] = []
         self.closed = False
         self.broken = False
 
@@ -76,7 +89,7 @@ class FrameReader:
         """The descriptor read (so the reader can be waited on)."""
         return self._fd
 
-    def first(self, kind: bytes) -> Optional[bytearray]:
+    def first(self, kind: bytes) -> Optional[Payload]:
         """The payload of the first complete frame of ``kind``, if one has arrived."""
         for got, payload in self.frames:
             if got == kind:
@@ -105,9 +118,6 @@ class FrameReader:
                 self._start_payload()
             return True
         want = min(self._length - self._filled, _CHUNK)
-        if self._filled + want > len(self._payload):  # grows with what arrives, doubling
-            grow = min(self._length, max(2 * len(self._payload), self._filled + want))
-            self._payload.extend(bytes(grow - len(self._payload)))
         got = os.readv(self._fd, [memoryview(self._payload)[self._filled : self._filled + want]])
         if not got:
             return False
@@ -122,7 +132,11 @@ class FrameReader:
             self.broken = True
             return
         self._kind, self._length = kind, length
-        self._payload = bytearray(min(length, _PREALLOCATE))
+        try:
+            self._payload = bytearray(length) if length <= _SMALL else mmap.mmap(-1, length)
+        except (OSError, OverflowError, MemoryError):  # a size no sender of ours announces
+            self.broken = True
+            return
         self._filled = 0
         if length == 0:
             self._finish_payload()

@@ -27,13 +27,14 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import pickle
+import signal
 import threading
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._core.budget import Budget
 from .child import META, TERM_GRACE, sample_main
-from .frames import REPORT, RESULT, FrameReader, unpack_report
+from .frames import REPORT, RESULT, FrameReader, Payload, unpack_report
 from .outcome import Outcome, ended, stop_if_outer
 from .tree import end_group, stop_tree
 
@@ -44,6 +45,7 @@ EXIT_WAIT = 0.05
 
 _POLL = 0.05  # the longest wait before looking at the caller's budget again (cancel)
 _REAP_LIMIT = 2.0  # after SIGKILL, only a process stuck in the kernel takes this long
+_DYING_WAIT = 0.02  # after SIGKILL, the wait before the rest of the teardown is left to a thread
 _DRAIN_LIMIT = 0.05  # reading what an exited child left in the pipe
 _PIPE_SIZE = 1 << 20  # Linux: a larger pipe moves large results in fewer reads
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -112,7 +114,7 @@ def run_in_process(context: Any, budget: Budget, real_deadline: float, payload: 
     return ended(cause, note="the child process was killed", abandoned=exitcode is None)
 
 
-def _end_leftovers(pid: Optional[int], kind: str, report: Optional[bytearray]) -> None:
+def _end_leftovers(pid: Optional[int], kind: str, report: Optional[Payload]) -> None:
     """Log what the sample left running; end the group of a child that could not end it."""
     if report is not None:
         left = unpack_report(bytes(report))
@@ -160,7 +162,10 @@ def _await(frames: FrameReader, process: Any, budget: Budget, real_deadline: flo
 def _stop(process: Any, wait_first: float) -> Optional[int]:
     """Let the child exit by itself, else end its whole tree (see ``stop_tree``); reap it.
 
-    Returns the child's exit code once it is gone.
+    Returns the child's exit code once it is gone; ``-SIGKILL`` for a child
+    that was killed and is still being torn down by the kernel (a large memory
+    footprint takes tenths of a second to free): it can run no more code, and
+    a reaper thread closes it once it is gone.
     """
     if not _exited(process, wait_first):
         with _lock:
@@ -176,7 +181,17 @@ def _stop(process: Any, wait_first: float) -> Optional[int]:
                     found,
                     process.pid,
                 )
-        _exited(process, _REAP_LIMIT)
+        if not _exited(process, _DYING_WAIT):
+            threading.Thread(
+                target=_reap, args=(process,), name="watchdog_sync-sample-reaper", daemon=True
+            ).start()
+            return -int(signal.SIGKILL)
+    return _reap(process)
+
+
+def _reap(process: Any) -> Optional[int]:
+    """Wait (bounded) for ``process`` to be gone, then close it; its exit code."""
+    _exited(process, _REAP_LIMIT)
     with _lock:
         process.join(0)
         if process.exitcode is None:
@@ -206,7 +221,7 @@ def _exit_text(code: Optional[int]) -> str:
     return f"the sample's child process {how} before sending a result"
 
 
-def _decode(data: bytearray) -> Outcome:
+def _decode(data: Payload) -> Outcome:
     view = memoryview(data)
     try:
         (size,) = META.unpack_from(view)
