@@ -139,14 +139,19 @@ def _fork_server() -> None:
 # -- the whole tree ends -----------------------------------------------------------
 
 
-def test_a_timed_out_sample_leaves_no_descendant_running(tmp_path: Path) -> None:
+def test_a_timed_out_sample_leaves_no_descendant_running(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Forked, subprocess, new-session and double-forked daemon children all end at the timeout."""
+    caplog.set_level(logging.WARNING, logger="watchdog_sync")
     result = run_sample(start_children, str(tmp_path), "wait", timeout=2, isolate="process")
     assert result.reason == "deadline_exceeded"
     assert result.elapsed <= 2 + 0.3
     pids = json.loads((tmp_path / "pids").read_text())
     assert len(pids) == 4
     assert _survivors(pids) == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("2 of the 4 process(es)" in message for message in warnings), warnings
 
 
 def test_a_successful_sample_leaves_no_descendant_running(

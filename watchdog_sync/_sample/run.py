@@ -43,14 +43,18 @@ class SampleResult(Generic[T]):
         value: what ``fn`` returned (``None`` unless ``ok``).
         error: the exception, or ``None`` when ``ok``. A timeout is a
             :class:`DeadlineExceeded` (stage ``'sample'``).
-        reason: ``None`` on success; ``'deadline_exceeded'`` when the sample ran
-            out of time; ``'cancelled'`` when the sample's budget was cancelled
-            from inside it; ``'operation_timeout'`` when ``fn`` raised
-            ``DeadlineExceeded`` of a deadline of its own while the sample still
-            had time; ``'not_picklable'`` / ``'process_exited'`` in process mode
-            (see :func:`run_sample`); otherwise ``classify(error).reason``
-            (``'programming_error'`` for a ``ValueError``, ``'transport'`` for a
-            refused connection, ...).
+        reason: ``None`` on success; otherwise the reason of the error's class,
+            so that each reason means one thing: ``'deadline_exceeded'`` (a
+            :class:`DeadlineExceeded`) when the sample ran out of time;
+            ``'cancelled'`` (an :class:`OperationCancelled`) when the sample's
+            budget was cancelled from inside it; ``'operation_timeout'`` (an
+            :class:`OperationTimeout` whose ``__cause__`` is the inner
+            ``DeadlineExceeded``) when a deadline of ``fn``'s own ran out while
+            the sample still had time; ``'not_picklable'`` / ``'process_exited'``
+            in process mode (see :func:`run_sample`); otherwise
+            ``classify(error).reason`` (``'programming_error'`` for a
+            ``ValueError``, ``'transport'`` for a refused connection, ...;
+            ``'unknown'`` when reading the error raises).
         elapsed: seconds from the call to the result.
         abandoned: True when the worker did not stop and was left running
             (thread mode: counted by :func:`abandoned_workers`).
@@ -89,10 +93,15 @@ def run_sample(
     by :func:`abandoned_workers`, one warning logged) and its late outcome is
     discarded.
 
-    ``isolate="process"``: ``fn`` runs in a child process (start method
+    ``isolate="process"`` (POSIX): ``fn`` runs in a child process (start method
     ``forkserver``, or ``spawn`` where there is none), inside a scope with the
-    same deadline. At the deadline the child gets SIGTERM, 0.05 s later SIGKILL,
-    and is reaped. ``fn`` and its arguments must be picklable (a module-level
+    same deadline. The child leads a process group of its own and, on Linux,
+    is a child subreaper, so everything ``fn`` starts is found. At the deadline
+    the whole tree gets SIGTERM, 0.05 s later SIGKILL, and the child is reaped;
+    after a success the child ends whatever ``fn`` left running (logged as a
+    warning with the count). The result is read from its pipe without ever
+    blocking past the deadline, whatever holds the pipe: a result still
+    arriving at the deadline is a timeout. ``fn`` and its arguments must be picklable (a module-level
     function): if not, ``TypeError`` is raised before anything runs. A return
     value that cannot be pickled back gives ``reason='not_picklable'`` (a
     ``pickle.PicklingError``); an exception that cannot be pickled back comes
@@ -103,7 +112,8 @@ def run_sample(
 
     Timing guarantee: the result comes back no later than ``timeout`` + 0.1 s
     after the call in both modes (thread: the deadline + 0.05 s grace;
-    process: the deadline + at most 0.05 s before SIGKILL + reaping), plus
+    process: the deadline + at most 0.05 s before SIGKILL + 0.02 s; the
+    kernel's teardown of a killed child's memory finishes in the background), plus
     only scheduling delay on a loaded machine. The timeout counts from the
     call, so in process mode the child's start-up (a few ms) is part of it.
     One exception: the first process-mode call in a process first starts the
@@ -125,8 +135,9 @@ def run_sample(
         A :class:`SampleResult`. A value returned after the deadline is
         discarded (``reason='deadline_exceeded'``). A ``DeadlineExceeded`` that
         ``fn`` raises from a deadline of its own, while the sample still had
-        time, has ``reason='operation_timeout'``, so ``'deadline_exceeded'``
-        always means run_sample's timeout.
+        time, comes back as an ``OperationTimeout``
+        (``reason='operation_timeout'``), so ``'deadline_exceeded'`` always
+        means run_sample's timeout.
 
     Raises:
         TypeError: ``fn`` is not callable, ``timeout`` is not a number, or (process

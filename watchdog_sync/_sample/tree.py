@@ -144,14 +144,15 @@ def stop_tree(leader: int, grace: float, ended: Callable[[float], bool]) -> Tupl
     """End the tree of the child ``leader`` from outside (it leads its group).
 
     ``ended(timeout)`` waits for the leader to exit. Returns ``(found, outside)``:
-    how many descendants were found under the leader, and how many of them had
-    left its process group (a new session or group: they escaped the group and
+    how many running descendants (not zombies) were found under the leader, and
+    how many of them had left its process group (a new session or group: they escaped the group and
     were caught only through the subreaper).
     """
     _signal_group(leader, signal.SIGSTOP)
     _signal(leader, signal.SIGSTOP)
     found = _frozen_descendants(leader)
-    outside = sum(1 for pid in found if _group_of(pid) not in (leader, None))
+    running = [pid for pid in found if not _zombie(pid)]
+    outside = sum(1 for pid in running if _group_of(pid) not in (leader, None))
     for sig in (signal.SIGTERM, signal.SIGCONT):
         _signal_group(leader, sig)
         for pid in (leader, *found):
@@ -159,7 +160,7 @@ def stop_tree(leader: int, grace: float, ended: Callable[[float], bool]) -> Tupl
     give_up = time.monotonic() + grace
     while time.monotonic() < give_up:
         if ended(_PAUSE) and not any(_alive(pid) for pid in found):
-            return len(found), outside
+            return len(running), outside
     if not ended(0):
         found |= _frozen_descendants(leader)
     if not ended(0) or any(_alive(pid) for pid in found):
@@ -168,7 +169,7 @@ def stop_tree(leader: int, grace: float, ended: Callable[[float], bool]) -> Tupl
             _signal(pid, signal.SIGKILL)
         if not ended(0):
             _signal(leader, signal.SIGKILL)
-    return len(found), outside
+    return len(running), outside
 
 
 def _frozen_descendants(leader: int) -> Set[int]:
@@ -182,6 +183,15 @@ def _frozen_descendants(leader: int) -> Set[int]:
                 found.add(pid)
                 frontier.append(pid)
     return found
+
+
+def _zombie(pid: int) -> bool:
+    """True for a process that has exited and waits to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _group_of(pid: int) -> Optional[int]:
