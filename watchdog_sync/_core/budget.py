@@ -2,33 +2,41 @@
 
 Budgets form a tree: a child ends no later than its parent (its deadline is
 the parent's, capped, never extended) and ends at once when the parent is
-cancelled. Expiry callbacks (``on_done``) run on the one shared watchdog
-thread (see ``_watchdog``); waits (``sleep``) wake on ``cancel()`` at once.
+cancelled. Every budget runs on a clock (``clock.py``): real time by
+default, whose expiry callbacks (``on_done``) run on the one shared watchdog
+thread (``watchdog.py``), or a test clock, whose callbacks run when the test
+moves its time. Waits (``sleep``) wake on ``cancel()`` at once.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
 import weakref
-from typing import Callable, List, Optional, Protocol, Tuple
+from typing import Callable, List, Optional, Tuple
 
-from . import watchdog as _watchdog
+from .clock import Clock, ClockLike, Timer, as_clock
 from .durations import MAX_SECONDS, Duration, validate_duration
 from .errors import Cancelled
 
-__all__ = ["Budget", "Clock"]
+__all__ = ["Budget"]
 
+
+class _Arming:
+    """Stands for the expiry timer while it is being scheduled (outside the budget's lock)."""
+
+    __slots__ = ()
+
+    def cancel(self) -> None:
+        return None
+
+
+_ARMING = _Arming()
 
 # What ending a budget leaves to do outside its lock: the callbacks and the expiry timer.
-_Ended = Optional[Tuple[List[Callable[["Budget"], None]], Optional[object]]]
-
-
-class Clock(Protocol):
-    """A monotonic clock: calling it returns seconds. ``time.monotonic`` is one."""
-
-    def __call__(self) -> float: ...
+_Ended = Optional[Tuple[List[Callable[["Budget"], None]], Optional[Timer]]]
 
 
 class Budget:
@@ -44,7 +52,9 @@ class Budget:
         parent: the budget this one lives inside; its deadline caps this one and
             cancelling it ends this one too.
         stage: a name for what runs under this budget, used in errors and events.
-        clock: the monotonic clock (injectable for tests); a child uses its parent's.
+        clock: the monotonic clock: a callable returning seconds (``time.monotonic``)
+            or a clock object such as ``watchdog_sync.testing.FakeClock``, for tests
+            whose time moves only when told. A child uses its parent's.
 
     On timeout, ``remaining()`` is ``0.0``, ``expired`` is true, and ``check()``
     / ``sleep()`` raise :class:`Cancelled`. On cancel the same happens at once,
@@ -61,6 +71,7 @@ class Budget:
         "_deadline",
         "_done",
         "_lock",
+        "_now",
         "_parent",
         "_started",
         "_timer",
@@ -75,14 +86,16 @@ class Budget:
         deadline: Optional[float] = None,
         parent: Optional[Budget] = None,
         stage: Optional[str] = None,
-        clock: Clock = time.monotonic,
+        clock: ClockLike = time.monotonic,
     ) -> None:
         seconds = validate_duration(timeout, "timeout")
         absolute = _absolute(deadline)
         if parent is not None and clock is time.monotonic:
-            clock = parent.clock
-        self._clock: Clock = clock
-        self._started = clock()
+            self._clock: Clock = parent._clock
+        else:
+            self._clock = as_clock(clock)
+        self._now = self._clock.now
+        self._started = self._now()
         limits: List[float] = []
         if absolute is not None and not math.isinf(absolute):
             # A far deadline is clamped like a long timeout (see durations.MAX_SECONDS).
@@ -98,7 +111,7 @@ class Budget:
             self.stage = parent.stage
         self._children: weakref.WeakSet[Budget] = weakref.WeakSet()
         self._callbacks: List[Callable[[Budget], None]] = []
-        self._timer: Optional[object] = None
+        self._timer: Optional[Timer] = None
         self._done = False
         self._wakeup = threading.Event()
         self._cancel_reason: Optional[str] = None
@@ -131,6 +144,7 @@ class Budget:
 
     @property
     def clock(self) -> Clock:
+        """The clock the budget runs on (a plain callable given as ``clock`` is wrapped)."""
         return self._clock
 
     @property
@@ -144,12 +158,12 @@ class Budget:
             return 0.0
         if self._deadline is None:
             return math.inf
-        return max(0.0, self._deadline - self._clock())
+        return max(0.0, self._deadline - self._now())
 
     @property
     def expired(self) -> bool:
         """True once the deadline (own or inherited) has passed."""
-        return self._deadline is not None and self._clock() >= self._deadline
+        return self._deadline is not None and self._now() >= self._deadline
 
     @property
     def cancelled(self) -> bool:
@@ -163,7 +177,7 @@ class Budget:
 
     def elapsed(self) -> float:
         """Seconds since the budget was created."""
-        return self._clock() - self._started
+        return self._now() - self._started
 
     def end_cause(self) -> Optional[Tuple[Budget, str]]:
         """The outermost ended budget in this budget's chain and why, or ``None``.
@@ -173,7 +187,7 @@ class Budget:
         """
         cause: Optional[Tuple[Budget, str]] = None
         node: Optional[Budget] = self
-        now = self._clock()
+        now = self._now()
         while node is not None:
             if node._cancel_origin is not None and node._cancel_origin() is node:
                 cause = (node, node._cancel_reason or "cancelled")
@@ -233,12 +247,17 @@ class Budget:
         function that unregisters the callback (harmless after it ran).
         """
         with self._lock:
-            if self._done or self._cancel_origin is not None:
-                _watchdog.call_soon(lambda: callback(self))
-                return _noop
-            self._callbacks.append(callback)
-            if self._timer is None and self._deadline is not None:
-                self._timer = self._schedule_expiry()
+            ended = self._done or self._cancel_origin is not None
+            arm = not ended and self._timer is None and self._deadline is not None
+            if arm:
+                self._timer = _ARMING
+            if not ended:
+                self._callbacks.append(callback)
+        if ended:
+            self._dispatch(callback)
+            return _noop
+        if arm:
+            self._arm()
 
         def unregister() -> None:
             with self._lock:
@@ -248,26 +267,33 @@ class Budget:
                 if not self._callbacks:
                     timer, self._timer = self._timer, None
             if timer is not None:
-                timer.cancel()  # type: ignore[attr-defined]
+                timer.cancel()
 
         return unregister
 
-    def _schedule_expiry(self) -> object:
+    def _arm(self) -> None:
+        """Schedule the expiry timer, outside the lock: a test clock runs a due timer at once."""
         assert self._deadline is not None
-        call_at = getattr(self._clock, "call_at", None)
-        if call_at is not None:  # a test clock schedules on its own time
-            return call_at(self._deadline, self._on_deadline)
-        real_when = time.monotonic() + (self._deadline - self._clock())
-        return _watchdog.call_at(real_when, self._on_deadline)
+        timer = self._clock.call_at(self._deadline, self._on_deadline)
+        with self._lock:
+            keep = self._timer is _ARMING
+            if keep:
+                self._timer = timer
+        if not keep:  # the budget ended, or its callbacks were unregistered, meanwhile
+            timer.cancel()
 
     def _on_deadline(self) -> None:
         ended: _Ended = None
+        rearm = False
         with self._lock:
             self._timer = None
             if self.expired:
                 ended = self._end_locked()
-            elif self._callbacks and self._deadline is not None:
-                self._timer = self._schedule_expiry()  # fired early (clock skew): again
+            elif self._callbacks and not self._done:
+                self._timer = _ARMING  # fired early (clock skew): again
+                rearm = True
+        if rearm:
+            self._arm()
         self._run_ended(ended)
 
     def _end_locked(self) -> _Ended:
@@ -285,17 +311,15 @@ class Budget:
             return
         callbacks, timer = ended
         if timer is not None:
-            timer.cancel()  # type: ignore[attr-defined]
+            timer.cancel()
         for callback in callbacks:
             self._dispatch(callback)
 
     def _dispatch(self, callback: Callable[[Budget], None]) -> None:
-        run_now = getattr(self._clock, "call_at", None) is not None
-        if run_now and threading.current_thread().name != _watchdog.THREAD_NAME:
-            # A test clock fires from advance(); run the callback there, in order.
-            callback(self)
-        else:
-            _watchdog.call_soon(lambda: callback(self))
+        """Run ``callback(self)`` as soon as the clock can: on the watchdog thread for
+        real time; at once, in order, for a test clock (inside the ``advance()`` that
+        reached the deadline, or the ``cancel()`` that ended the budget)."""
+        self._clock.call_at(self._now(), functools.partial(callback, self))
 
     # -- waiting ---------------------------------------------------------------
 
@@ -319,14 +343,10 @@ class Budget:
         assert wanted is not None
         self.check()
         left = self.remaining()
-        fake_sleep = getattr(self._clock, "sleep", None)
-        if fake_sleep is not None:
-            fake_sleep(min(wanted, left))
-        elif self._wakeup.wait(min(wanted, left)):
-            self._raise_cancelled()
+        self._clock.sleep(min(wanted, left), self._wakeup)
         if wanted >= left:
             self._raise_cancelled()
-        self.check()
+        self.check()  # cancelled (or out of time) while asleep
 
 
 def _absolute(deadline: Optional[float]) -> Optional[float]:

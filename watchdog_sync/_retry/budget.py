@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Deque, List
 
-from .._core.budget import Clock
+from .._core.clock import ClockLike, as_clock
 from .._core.durations import Duration, validate_duration
 
 __all__ = ["RetryBudget"]
@@ -60,7 +60,7 @@ class RetryBudget:
         min_retries_per_second: float = 10.0,
         *,
         window: Duration = 10.0,
-        clock: Clock = time.monotonic,
+        clock: ClockLike = time.monotonic,
     ) -> None:
         self.ratio = _non_negative(ratio, "ratio")
         self.min_retries_per_second = _non_negative(
@@ -68,14 +68,11 @@ class RetryBudget:
         )
         seconds = validate_duration(window, "window", allow_none=False, allow_zero=False)
         assert seconds is not None
-        if not callable(clock):
-            raise TypeError(
-                f"clock must be a callable returning seconds, not {type(clock).__name__}"
-            )
+        now = as_clock(clock).now
         self.window = seconds
         self._floor = self.min_retries_per_second * seconds
         self._slot_width = seconds / _SLOTS
-        self._clock = clock
+        self._clock = now
         self._lock = threading.Lock()
         # Each slot: [slot number, attempts, retries]; at most _SLOTS of them.
         self._slots: Deque[List[int]] = collections.deque()

@@ -14,6 +14,7 @@ import dataclasses
 import time
 from typing import Any, Callable, Generic, Literal, Optional, TypeVar
 
+from .._core.clock import MONOTONIC
 from .._core.durations import Duration, validate_duration
 from .._core.events import Event, emit
 from .._core.scope import current_budget
@@ -168,7 +169,7 @@ def run_sample(
     started = time.monotonic()
     budget = current_budget().child(seconds, stage=STAGE)
     budget.check()  # an enclosing scope that has already ended: its scope decides
-    if budget.clock is time.monotonic and budget.deadline is not None:
+    if budget.clock is MONOTONIC and budget.deadline is not None:
         real_deadline = budget.deadline  # exactly the budget's, so both ends agree
     else:  # a test clock: real time still bounds the wait
         real_deadline = started + min(seconds, budget.remaining())

@@ -33,12 +33,12 @@ import logging
 import math
 import operator
 import threading
-import time
 from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from .._core import events as _events
 from .._core import scope as _scope
 from .._core.budget import Budget
+from .._core.clock import Clock
 from .._core.config import ENV_IDLE_TIMEOUT
 from .._core.errors import Cancelled, StreamIdleTimeout
 from .stats import StreamStats
@@ -56,12 +56,10 @@ T = TypeVar("T")
 READER_THREAD_NAME = "watchdog_sync-stream-reader"
 DEFAULT_MAX_BUFFERED = 1024
 _JOIN_SECONDS = 1.0
-_WAIT_MAX = threading.TIMEOUT_MAX
 _NOTHING: Dict[None, Any] = {}
 _PASS = _NOTHING.get  # _PASS(slot, item) -> item, in C: lets map() pair gate slots with items
 
 _log = logging.getLogger("watchdog_sync")
-_monotonic = time.monotonic
 
 
 class Channel(Generic[T]):
@@ -77,6 +75,7 @@ class Channel(Generic[T]):
         explicit: Optional[Budget],
         on_timeout: Optional[Callable[[], object]],
         max_buffered: int,
+        clock: Clock,
     ) -> None:
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
@@ -108,7 +107,10 @@ class Channel(Generic[T]):
         # from another thread see a consistent triple.
         self._current: Tuple[int, List[T], Iterator[T]] = (0, [], iter(()))
         self._thread: Optional[threading.Thread] = None
-        self._created = _monotonic()
+        # Every time of the stream (idle waits, stats, events) is on its clock.
+        self._clock = clock
+        self._now = clock.now
+        self._created = self._now()
 
     # -- starting ------------------------------------------------------------
 
@@ -149,7 +151,7 @@ class Channel(Generic[T]):
             item = next(iterator)
         except StopIteration:
             return True
-        self._first_at = _monotonic()
+        self._first_at = self._now()
         buf.append(item)
         room = self._next_round()  # hands the first item over before announcing it
         _events.emit(
@@ -231,7 +233,7 @@ class Channel(Generic[T]):
             if self._reader_done and not self._buf:
                 self._end_by_reader()
                 return None
-            if wait_from is not None and self._idle_left(wait_from, _monotonic()) <= 0:
+            if wait_from is not None and self._idle_left(wait_from, self._now()) <= 0:
                 self._end_by_idle(wait_from)
 
     def _poll(self, wait_from: Optional[float]) -> Tuple[Optional[Iterator[T]], Optional[float]]:
@@ -254,20 +256,24 @@ class Channel(Generic[T]):
                     return items, wait_from
                 if self._reader_done:
                     return None, wait_from
-                now = _monotonic()
+                now = self._now()
                 if wait_from is None:
                     wait_from = now
                 timeout = self._idle_left(wait_from, now)
                 if timeout <= 0:
                     return None, wait_from
                 for budget in self._budgets:
-                    timeout = min(timeout, budget.remaining())
+                    if budget.clock is self._clock:  # another clock's budget wakes us on_done
+                        timeout = min(timeout, budget.remaining())
                 if timeout <= 0:
                     continue  # the budget just ended: the check above reports it
                 self._consumer_waiting = True
                 self._gate.clear()  # the reader's round ends after the item in flight
                 if not self._buf:  # an item landed before the gate closed: take it instead
-                    self._not_empty.wait(None if math.isinf(timeout) else min(timeout, _WAIT_MAX))
+                    if math.isinf(timeout):
+                        self._not_empty.wait()
+                    else:
+                        self._clock.wait(self._not_empty, timeout)
                 self._consumer_waiting = False
 
     def _idle_left(self, wait_from: float, now: float) -> float:
@@ -310,7 +316,7 @@ class Channel(Generic[T]):
             error = None
 
     def _end_by_idle(self, wait_from: Optional[float]) -> None:
-        now = _monotonic()
+        now = self._now()
         first_phase = self._taken == 0
         limit = self._first if first_phase else self._idle
         assert limit is not None and wait_from is not None
@@ -342,7 +348,7 @@ class Channel(Generic[T]):
             if self._ended_by is not None:
                 return
             self._ended_by = ended_by
-            self._ended_at = _monotonic()
+            self._ended_at = self._now()
             self._stopping = True
             self._gate.clear()
             self._not_full.notify_all()
@@ -415,7 +421,7 @@ class Channel(Generic[T]):
         return before + len(batch) - operator.length_hint(items)
 
     def stats(self) -> StreamStats:
-        end = self._ended_at if self._ended_at is not None else _monotonic()
+        end = self._ended_at if self._ended_at is not None else self._now()
         first = None if self._first_at is None else self._first_at - self._created
         return StreamStats(self.delivered(), first, end - self._created, self._ended_by)
 

@@ -10,10 +10,12 @@ an idle timeout or the budget's end shuts the source from outside through
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Callable, Generic, Iterable, Iterator, List, Optional, TypeVar
 
 from .._core import scope as _scope
 from .._core.budget import Budget
+from .._core.clock import ClockLike, as_clock
 from .._core.config import AS_IDLE, first_limit
 from .._core.durations import Duration, idle_limit
 from .channel import (
@@ -101,6 +103,7 @@ def guard_stream(
     budget: Optional[Budget] = None,
     on_timeout: Optional[Callable[[], object]] = None,
     max_buffered: int = DEFAULT_MAX_BUFFERED,
+    clock: ClockLike = time.monotonic,
 ) -> GuardedStream[T]:
     """Iterate ``source`` with an inactivity watchdog and the budget's deadline.
 
@@ -144,6 +147,11 @@ def guard_stream(
             waits while the buffer is full, so memory stays bounded (at most
             ``max_buffered`` buffered plus the batch the consumer is on).
             Larger values cost less per item with very fast sources.
+        clock: the clock the idle limits, the stats and the events are measured
+            on: ``time.monotonic`` (or another callable returning monotonic
+            seconds), or ``watchdog_sync.testing.FakeClock``, whose ``advance()``
+            ends a stream that has been silent past its limit without real
+            waiting. Budgets keep their own clocks.
 
     Returns:
         A :class:`GuardedStream`: iterator, context manager, ``.close()``, ``.stats``.
@@ -196,6 +204,7 @@ def guard_stream(
         raise TypeError(f"max_buffered must be an int, not {type(max_buffered).__name__}")
     if max_buffered < 1:
         raise ValueError(f"max_buffered must be >= 1, got {max_buffered}")
+    stream_clock = as_clock(clock)
     channel: Channel[T] = Channel(
         idle=idle,
         first=first,
@@ -204,6 +213,7 @@ def guard_stream(
         explicit=budget,
         on_timeout=on_timeout,
         max_buffered=max_buffered,
+        clock=stream_clock,
     )
     batches = _batches(channel)
     next(batches)
