@@ -205,8 +205,17 @@ def test_on_done_runs_once_at_expiry_on_the_watchdog_thread() -> None:
     budget.on_done(callback)
     assert done.wait(5)
     budget.cancel()  # ending again does not run it twice
-    time.sleep(0.05)  # give a wrong second run the chance to show itself
+    assert watchdog_ran_everything_queued_so_far()  # a wrong second run would be done by now
     assert fired == [WATCHDOG_THREAD_NAME]
+
+
+def watchdog_ran_everything_queued_so_far() -> bool:
+    """The watchdog runs callbacks in the order they were queued: wait for one queued now."""
+    flushed = threading.Event()
+    marker = Budget()
+    marker.cancel()
+    marker.on_done(lambda _: flushed.set())
+    return flushed.wait(5)
 
 
 def test_on_done_runs_on_cancel_and_unregister_stops_it() -> None:
@@ -270,3 +279,76 @@ def test_repr_says_state_and_time_left() -> None:
     assert repr(budget) == "<Budget live 5.000s left stage='fetch'>"
     budget.cancel()
     assert "cancelled" in repr(budget)
+
+
+# -- the clock ------------------------------------------------------------------------
+
+
+def test_a_plain_callable_is_a_clock_that_runs_in_real_time() -> None:
+    base = [1000.0]
+    budget = Budget(5, clock=lambda: base[0])
+    assert budget.deadline == 1005.0 and budget.clock.now() == 1000.0
+    base[0] = 1004.0
+    assert budget.remaining() == 1.0
+    assert Budget(clock=time.monotonic).clock is Budget().clock
+
+
+def test_a_bad_clock_is_rejected_naming_the_parameter() -> None:
+    with pytest.raises(TypeError, match=r"clock must be a callable .* not int"):
+        Budget(5, clock=5)  # type: ignore[arg-type]
+
+
+def test_on_done_on_a_fake_budget_already_past_its_deadline_runs_at_once() -> None:
+    clock = FakeClock()
+    budget = Budget(1, clock=clock)
+    clock.advance(2)  # nobody was watching: the budget has not noticed its end yet
+    fired: list[bool] = []
+    budget.on_done(lambda ended: fired.append(ended.expired))
+    assert fired == [True]
+
+
+def test_cancel_on_a_fake_clock_runs_the_callbacks_at_once_in_order() -> None:
+    budget = Budget(5, clock=FakeClock())
+    order: list[int] = []
+    budget.on_done(lambda _: order.append(1))
+    budget.on_done(lambda _: order.append(2))
+    budget.cancel()
+    assert order == [1, 2]
+
+
+class RecordingClock:
+    """A clock of our own: the protocol (now, sleep, wait, call_at), not a FakeClock."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self.scheduled: list[float] = []
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.time
+
+    def sleep(self, seconds: float, wake: threading.Event | None = None) -> None:
+        self.slept.append(seconds)
+        self.time += seconds
+
+    def wait(self, condition: threading.Condition, timeout: float) -> None:
+        raise AssertionError("a budget never waits on a condition")
+
+    def call_at(self, when: float, callback: object) -> RecordingClock:
+        self.scheduled.append(when)
+        return self  # the timer: anything with cancel()
+
+    def cancel(self) -> None:
+        self.scheduled.clear()
+
+
+def test_a_clock_object_schedules_the_expiry_and_sleeps_on_its_own_time() -> None:
+    clock = RecordingClock()
+    clock.time = 50.0
+    budget = Budget(3, clock=clock)
+    unregister = budget.on_done(lambda _: None)
+    assert clock.scheduled == [53.0]
+    budget.sleep(1)
+    assert clock.slept == [1.0] and budget.remaining() == 2.0
+    unregister()
+    assert clock.scheduled == []  # the timer was cancelled

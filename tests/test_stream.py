@@ -28,7 +28,10 @@ from watchdog_sync import (
     deadline,
     guard_stream,
 )
-from watchdog_sync.testing import READER_THREAD_NAME
+from watchdog_sync.testing import READER_THREAD_NAME, FakeClock
+
+from .clocks import driving
+from .internals import entry_scope
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -105,13 +108,12 @@ def counting(n: int) -> Iterator[int]:
 def test_zero_item_stall_raises_etimedout_with_no_chunks_after_unblocking_the_source(
     src: SocketSource,
 ) -> None:
-    started = time.monotonic()
-    stream = guard_stream(src.chunks(), idle_timeout=0.1, on_timeout=src.unblock)
-    with pytest.raises(StreamIdleTimeout) as info:
-        next(stream)
-    elapsed = time.monotonic() - started
+    clock = FakeClock()
+    stream = guard_stream(src.chunks(), idle_timeout=0.1, on_timeout=src.unblock, clock=clock)
+    with driving(clock, 0.0625, 0.0375), pytest.raises(StreamIdleTimeout) as info:
+        next(stream)  # still waiting after the first step (else the second finds nobody)
     err = info.value
-    assert 0.09 <= elapsed < 0.6
+    assert clock() == 0.1 and err.stream_lifetime == 0.1
     assert err.errno == errno.ETIMEDOUT and err.code == "ETIMEDOUT"
     assert err.chunks_received == 0 and err.retryable is True
     assert err.idle_timeout == 0.1
@@ -140,31 +142,38 @@ def test_stall_after_items_delivers_the_items_then_raises(src: SocketSource) -> 
 
 
 def test_a_source_active_every_0_8_idle_never_trips() -> None:
-    idle = 0.5
+    idle = 120.0
+    clock = FakeClock()
 
     def steady() -> Iterator[int]:
         for i in range(3):
-            time.sleep(idle * 0.8)  # the scenario: an item every 0.8 x idle
+            clock.sleep(idle * 0.8)  # the scenario: an item every 0.8 x idle
             yield i
 
-    assert list(guard_stream(steady(), idle_timeout=idle)) == [0, 1, 2]
+    stream = guard_stream(steady(), idle_timeout=idle, clock=clock)
+    assert list(stream) == [0, 1, 2]
+    assert clock() == 3 * idle * 0.8 and stream.stats.lifetime == clock()
 
 
 def test_time_the_consumer_spends_on_its_own_work_is_not_idle_time() -> None:
     def quick() -> Iterator[int]:
         yield from range(3)
 
+    clock = FakeClock()
     got = []
-    for item in guard_stream(quick(), idle_timeout=0.05):
-        time.sleep(0.1)  # the scenario: a consumer slower than the idle limit
+    for item in guard_stream(quick(), idle_timeout=120, clock=clock):
+        clock.advance(200)  # the scenario: a consumer slower than the idle limit
         got.append(item)
     assert got == [0, 1, 2]
 
 
 def test_cancel_wins_over_an_idle_timeout_due_at_the_same_moment(src: SocketSource) -> None:
-    budget = Budget(10)
-    stream = guard_stream(src.chunks(), idle_timeout=0.05, budget=budget, on_timeout=src.unblock)
-    time.sleep(0.1)  # the scenario: the first-item limit passes while nobody is waiting ...
+    clock = FakeClock()
+    budget = Budget(10, clock=clock)
+    stream = guard_stream(
+        src.chunks(), idle_timeout=0.05, budget=budget, on_timeout=src.unblock, clock=clock
+    )
+    clock.advance(0.1)  # the scenario: the first-item limit passes while nobody is waiting ...
     budget.cancel("user pressed stop")  # ... and the user cancels before the consumer looks
     with pytest.raises(OperationCancelled, match="user pressed stop"):
         next(stream)
@@ -177,58 +186,69 @@ def test_idle_watchdog_disabled_but_the_deadline_still_ends_the_stream(
     src: SocketSource, idle: Any
 ) -> None:
     seen: List[BaseException] = []
-    started = time.monotonic()
-    with pytest.raises(DeadlineExceeded), deadline(0.2):
-        stream = guard_stream(src.chunks(), idle_timeout=idle, on_timeout=src.unblock)
+    clock = FakeClock()
+    with (
+        entry_scope(Budget(clock=clock)),  # the scope below runs on the fake clock
+        driving(clock, 0.125, 0.075),
+        pytest.raises(DeadlineExceeded),
+        deadline(0.2),
+    ):
+        stream = guard_stream(src.chunks(), idle_timeout=idle, on_timeout=src.unblock, clock=clock)
         try:
             list(stream)
         except BaseException as exc:  # observe what leaves the stream, then let it go on
             seen.append(exc)
             raise
     assert isinstance(seen[0], Cancelled)
-    assert 0.19 <= time.monotonic() - started < 0.8
+    assert clock() == 0.2 and stream.stats.lifetime == 0.2
     assert stream.stats.ended_by == "deadline"
     assert src.unblocked == 1
 
 
 def test_custom_idle_timeout_is_honoured(src: SocketSource) -> None:
     src.send(b"first")
-    stream = guard_stream(src.chunks(), idle_timeout=0.3, on_timeout=src.unblock)
+    clock = FakeClock()
+    stream = guard_stream(src.chunks(), idle_timeout=0.3, on_timeout=src.unblock, clock=clock)
     assert next(stream) == b"first"
-    started = time.monotonic()
-    with pytest.raises(StreamIdleTimeout) as info:
+    clock.advance(5)  # the consumer's own work: not idle time
+    with driving(clock, 0.25, 0.05), pytest.raises(StreamIdleTimeout) as info:
         next(stream)
-    assert 0.29 <= time.monotonic() - started < 0.8
+    assert clock() == 5.3
     assert info.value.idle_timeout == 0.3
     assert info.value.chunks_received == 1
 
 
 def test_first_item_timeout_applies_before_the_first_item_then_idle_applies() -> None:
+    clock = FakeClock()
+    stall = threading.Event()
+
     def slow_start() -> Iterator[str]:
-        time.sleep(0.25)  # the scenario: slower than idle, faster than first_item_timeout
+        clock.sleep(0.25)  # the scenario: slower than idle, faster than first_item_timeout
         yield "first"
-        time.sleep(0.6)  # then a stall longer than idle
+        stall.wait(5)  # then a stall longer than idle (the driver moves the clock)
         yield "never"
 
-    stream = guard_stream(slow_start(), idle_timeout=0.1, first_item_timeout=0.5)
+    stream = guard_stream(slow_start(), idle_timeout=0.1, first_item_timeout=0.5, clock=clock)
     assert next(stream) == "first"
-    with pytest.raises(StreamIdleTimeout) as info:
+    with driving(clock, 0.1), pytest.raises(StreamIdleTimeout) as info:
         next(stream)
-    assert info.value.idle_timeout == 0.1
+    assert info.value.idle_timeout == 0.1 and info.value.chunks_received == 1
+    assert clock() == 0.35
+    stall.set()
     stream.close()
 
 
 def test_first_item_timeout_is_measured_from_creation_and_named_in_the_error(
     src: SocketSource,
 ) -> None:
-    started = time.monotonic()
+    clock = FakeClock()
     stream = guard_stream(
-        src.chunks(), idle_timeout=5, first_item_timeout=0.1, on_timeout=src.unblock
+        src.chunks(), idle_timeout=5, first_item_timeout=0.1, on_timeout=src.unblock, clock=clock
     )
-    time.sleep(0.05)  # the scenario: the caller sets up while the request is in flight
-    with pytest.raises(StreamIdleTimeout) as info:
+    clock.advance(0.0625)  # the scenario: the caller sets up while the request is in flight
+    with driving(clock, 0.0375), pytest.raises(StreamIdleTimeout) as info:
         next(stream)
-    assert 0.09 <= time.monotonic() - started < 0.5
+    assert clock() == 0.1
     assert info.value.idle_timeout == 0.1
     assert "first_item_timeout=" in str(info.value)
     assert "no first item" in str(info.value)
@@ -341,7 +361,8 @@ def test_an_abandoned_stream_never_iterated_releases_the_reader(src: SocketSourc
 
 
 def test_close_from_another_thread_ends_a_waiting_consumers_loop(src: SocketSource) -> None:
-    stream = guard_stream(src.chunks(), idle_timeout=10, on_timeout=src.unblock)
+    clock = FakeClock()
+    stream = guard_stream(src.chunks(), idle_timeout=10, on_timeout=src.unblock, clock=clock)
     outcome: List[object] = []
 
     def consume() -> None:
@@ -349,7 +370,7 @@ def test_close_from_another_thread_ends_a_waiting_consumers_loop(src: SocketSour
 
     consumer = threading.Thread(target=consume)
     consumer.start()
-    time.sleep(0.05)  # the scenario: the consumer is waiting for the first item
+    assert clock.wait_for_waiters()  # the scenario: the consumer is waiting for the first item
     stream.close()
     consumer.join(1.0)
     assert outcome == [[]]
@@ -468,13 +489,14 @@ def test_random_interleavings_keep_order_and_lose_nothing() -> None:
 
 
 def test_an_explicit_budget_ends_the_stream_with_deadline_exceeded(src: SocketSource) -> None:
+    clock = FakeClock()
+    budget = Budget(0.15, clock=clock)
     stream = guard_stream(
-        src.chunks(), idle_timeout=None, budget=Budget(0.15), on_timeout=src.unblock
+        src.chunks(), idle_timeout=None, budget=budget, on_timeout=src.unblock, clock=clock
     )
-    started = time.monotonic()
-    with pytest.raises(DeadlineExceeded) as info:
+    with driving(clock, 0.125, 0.025), pytest.raises(DeadlineExceeded) as info:
         list(stream)
-    assert 0.1 <= time.monotonic() - started < 0.6
+    assert clock() == 0.15 and info.value.elapsed == 0.15
     assert info.value.retryable is False
     assert stream.stats.ended_by == "deadline"
     assert src.unblocked == 1
@@ -496,11 +518,14 @@ def test_an_outer_scope_cancelled_passes_an_explicit_budget_untouched(src: Socke
 
 def test_cancel_from_another_thread_wakes_the_consumer_within_50_ms(src: SocketSource) -> None:
     budget = Budget(10)
-    stream = guard_stream(src.chunks(), idle_timeout=5, budget=budget, on_timeout=src.unblock)
+    clock = FakeClock()  # the stream's idle limit, on which the consumer waits
+    stream = guard_stream(
+        src.chunks(), idle_timeout=5, budget=budget, on_timeout=src.unblock, clock=clock
+    )
     cancelled_at: List[float] = []
 
     def cancel_soon() -> None:
-        time.sleep(0.1)  # the scenario: the consumer is waiting when the cancel comes
+        clock.wait_for_waiters(timeout=5)  # the scenario: the consumer waits when the cancel comes
         cancelled_at.append(time.monotonic())
         budget.cancel()
 

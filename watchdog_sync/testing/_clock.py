@@ -43,6 +43,8 @@ class FakeClock(Clock):
     def __init__(self, start: float = 0.0) -> None:
         self._now = float(start)
         self._lock = threading.Lock()
+        self._waiters_changed = threading.Condition(self._lock)
+        self._waiters = 0
         self._timers: List[_Entry] = []
         self._seq = itertools.count()
         self.sleeps: List[float] = []
@@ -103,10 +105,22 @@ class FakeClock(Clock):
         timer = _FakeTimer()
         with self._lock:  # the deadline is taken on the time a concurrent advance() sees
             heapq.heappush(self._timers, (self._now + timeout, next(self._seq), timer, wake))
+            self._waiters += 1
+            self._waiters_changed.notify_all()
         try:
             condition.wait()
         finally:
             timer.cancel()
+            with self._lock:
+                self._waiters -= 1
+
+    def wait_for_waiters(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Block (in real time, at most ``timeout`` seconds) until ``count`` threads wait
+        on this clock, e.g. a stream's consumer waiting for its idle limit; then an
+        ``advance()`` is sure to be measured from their wait. False if they never did.
+        """
+        with self._lock:
+            return self._waiters_changed.wait_for(lambda: self._waiters >= count, timeout)
 
     def __repr__(self) -> str:
         with self._lock:
