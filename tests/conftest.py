@@ -20,7 +20,31 @@ def _threads() -> List[threading.Thread]:
 
 
 def _fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    """Open file descriptors of this process: listed by the kernel where it can (Linux's
+    /proc/self/fd, the BSDs' and macOS's /dev/fd), else probed one by one."""
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(listing)) - 1  # the listing's own descriptor
+        except OSError:
+            continue
+    return sum(1 for fd in range(_fd_limit()) if _is_open(fd))
+
+
+def _fd_limit() -> int:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 2048
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if 0 < soft <= 65536 else 65536
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 @pytest.fixture(autouse=True)
