@@ -6,9 +6,12 @@ Three mechanisms bound every phase of a request:
   (connect, and each socket read);
 * name resolution of a host name runs in a short-lived helper thread whose
   wait is clipped the same way (``getaddrinfo`` has no timeout of its own);
+* a proxy tunnel's reply to ``CONNECT`` is read within the connect timeout as
+  a whole (http.client's own reads restart the timeout on every line);
 * the live connection is registered with the budget for the lifetime of the
-  request (until urllib3 returns it to the pool), and when the budget ends
-  the shared watchdog thread shuts its socket down from outside
+  request (until urllib3 returns it to the pool), its socket from the moment
+  it exists (before any proxy tunnel or TLS handshake), and when the budget ends
+  the shared watchdog thread shuts that socket down from outside
   (``shutdown(SHUT_RDWR)``, which wakes a blocked ``recv``; ``close()`` alone
   does not). A connection that was shut down is discarded, never pooled.
 
@@ -39,11 +42,13 @@ from urllib3.util import Timeout
 from .._core.budget import Budget, _noop
 from .._core.scope import boundary, joined_budget
 from .redirect import same_origin, strip_credentials
+from .tunnel import TunnelView
 
 __all__ = ["Session"]
 
 _GUARD_ATTR = "_watchdog_sync_guard"
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
+_FLOOR = 0.001  # urllib3 and sockets treat 0 as non-blocking; keep a tiny positive wait
 
 
 class _ConnectionGuard:
@@ -72,13 +77,17 @@ class _ConnectionGuard:
             self._connections.append(conn)
             self._remember(conn)
 
-    def connected(self, conn: Any) -> None:
-        """A socket was just opened for ``conn``: remember it, shut it if the budget ended."""
+    def connected(self, conn: Any, sock: Any = None) -> None:
+        """``conn`` has a new socket (``sock``, else ``conn.sock``): remember it, shut it if
+        the budget ended. Told as soon as the socket exists, again before a proxy tunnel and
+        once connected (a TLS wrap replaces the socket object), so every phase of the connect
+        can be shut from outside."""
         with self._lock:
-            self._remember(conn)
+            self._remember(conn, sock)
 
-    def _remember(self, conn: Any) -> None:
-        sock = getattr(conn, "sock", None)
+    def _remember(self, conn: Any, sock: Any = None) -> None:
+        if sock is None:
+            sock = getattr(conn, "sock", None)
         if sock is not None:
             self._sockets[id(conn)] = sock
             if self.fired:
@@ -182,17 +191,31 @@ def _resolve_bounded(host: str, port: int, timeout: Optional[float]) -> str:
 
 
 class _GuardedConnectionMixin:
-    """Resolves names within the connect timeout and tells the guard when a socket opens."""
+    """Resolves names within the connect timeout, bounds a proxy tunnel's reply by it, and
+    tells the guard about each socket as soon as it exists."""
 
     _dns_host: str
     port: int
     timeout: Any
+    sock: Any
 
     def _new_conn(self) -> Any:
+        sock = self._open_socket()
+        self._tell_guard(sock)
+        self._clip_to_budget(sock)
+        return sock
+
+    def _connect_timeout(self) -> Optional[float]:
+        timeout = self.timeout
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+            return float(timeout)
+        return None  # no limit, or urllib3's "default" sentinel
+
+    def _open_socket(self) -> Any:
         host = self._dns_host
         if _is_ip_literal(host) or host == "localhost.":
             return super()._new_conn()  # type: ignore[misc]
-        timeout = self.timeout if isinstance(self.timeout, (int, float)) else None
+        timeout = self._connect_timeout()
         try:
             address = _resolve_bounded(host, self.port, timeout)
         except socket.timeout as exc:
@@ -207,11 +230,49 @@ class _GuardedConnectionMixin:
         finally:
             self._dns_host = host
 
+    def _tunnel(self) -> None:
+        """Send CONNECT to the proxy and read its reply, all of it within the connect timeout."""
+        self._tell_guard(self.sock)  # a TLS connection to the proxy has a new socket object
+        timeout = self._connect_timeout()
+        if timeout is None:
+            super()._tunnel()  # type: ignore[misc]
+            return
+        sock = self.sock
+        view = TunnelView(sock, timeout)
+        self.sock = view
+        try:
+            super()._tunnel()  # type: ignore[misc]
+        finally:
+            if self.sock is view:  # else the refused tunnel closed the connection
+                self.sock = sock
+            view.restore()
+        self._clip_to_budget(sock)
+
     def connect(self) -> None:
         super().connect()  # type: ignore[misc]
+        self._tell_guard(self.sock)
+
+    def _clip_to_budget(self, sock: Any) -> None:
+        """Keep the socket's timeout within the budget before a TLS handshake.
+
+        The handshake runs on a socket object that ssl creates (and urllib3 returns only
+        afterwards), so the guard cannot shut it from outside; its timeout bounds the whole
+        handshake, so it must not outlast the budget.
+        """
+        guard = getattr(self, _GUARD_ATTR, None)
+        if guard is None:
+            return
+        left = guard.budget.remaining()
+        if math.isinf(left):
+            return
+        with contextlib.suppress(OSError):
+            current = sock.gettimeout()
+            sock.settimeout(max(_FLOOR, left if current is None else min(current, left)))
+
+    def _tell_guard(self, sock: Any) -> None:
         guard = getattr(self, _GUARD_ATTR, None)
         if guard is not None:
-            guard.connected(self)
+            guard.connected(self, sock)
 
 
 class _HTTPConnection(_GuardedConnectionMixin, _connection.HTTPConnection):
@@ -281,10 +342,9 @@ def clip_timeout(timeout: Any, remaining: float) -> Any:
         connect, read = timeout
     else:
         connect = read = timeout
-    floor = 0.001  # urllib3 treats 0 as non-blocking; keep a tiny positive wait
     return (
-        max(floor, remaining if connect is None else min(float(connect), remaining)),
-        max(floor, remaining if read is None else min(float(read), remaining)),
+        max(_FLOOR, remaining if connect is None else min(float(connect), remaining)),
+        max(_FLOOR, remaining if read is None else min(float(read), remaining)),
     )
 
 
@@ -356,7 +416,7 @@ class Session(requests.Session):
                     response = super().request(method, url, *args, **kwargs)
                     answered = True
                 except requests.RequestException:
-                    if guard.fired:
+                    if guard.fired or budget.expired:
                         budget.check()  # the budget's end caused it: say so
                     raise
                 finally:

@@ -1,0 +1,67 @@
+"""A proxy's CONNECT reply, read within one deadline.
+
+http.client reads the reply to ``CONNECT`` line by line, each read waiting up to the
+socket's timeout, so a proxy that sends one header line every half second keeps the
+connect phase alive for ever: every line resets the timeout. :class:`TunnelView` is the
+socket as http.client's tunnel code sees it: the same socket for sending, and reads that
+all end by one deadline, the connect timeout counted from the start of the tunnel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import time
+from typing import Any, Optional
+
+__all__ = ["TunnelView"]
+
+
+class _DeadlineReads(io.RawIOBase):
+    """Reads from ``sock``, each waiting at most until ``deadline`` (``time.monotonic``)."""
+
+    def __init__(self, sock: Any, deadline: float, timeout: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._deadline = deadline
+        self._timeout = timeout
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left > 0:
+            self._sock.settimeout(left)
+            with contextlib.suppress(socket.timeout):
+                return int(self._sock.recv_into(buffer))
+        raise socket.timeout(
+            f"the proxy did not finish its reply to CONNECT within {self._timeout:.2f}s "
+            "(the connect timeout)"
+        )
+
+
+class TunnelView:
+    """``sock`` for http.client's ``_tunnel``: sends pass through, reads end by a deadline.
+
+    ``restore()`` puts back the socket's own timeout once the tunnel is up.
+    """
+
+    def __init__(self, sock: Any, timeout: float) -> None:
+        self._sock = sock
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+        self._own_timeout: Optional[float] = sock.gettimeout()
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        if mode != "rb":
+            raise ValueError(f"a tunnel's reply is only read (mode 'rb'), not {mode!r}")
+        return io.BufferedReader(_DeadlineReads(self._sock, self._deadline, self._timeout))
+
+    def restore(self) -> None:
+        with contextlib.suppress(OSError):  # closed after a refused tunnel: nothing to restore
+            self._sock.settimeout(self._own_timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
