@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
 from .._core.redact import excerpt, scrub_exception
-from .._retry.classify import classify
+from .._retry.classify import classify, transport_advice
 
 __all__ = [
     "error_object",
@@ -134,10 +134,14 @@ def transport_error(exc: BaseException, secrets: Sequence[Optional[str]]) -> Tra
     credential headers and any secret in its message are masked in place.
     """
     scrub_exception(exc, secrets)
-    code = classify(exc).transport_code
+    verdict = classify(exc)  # the error says what classify() says about its cause
+    code = verdict.transport_code
     return TransportError(
-        f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}",
+        f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}"
+        + transport_advice(exc, verdict),
         transport_code=code,
+        reason=verdict.reason if verdict.kind == "transport" else None,
+        retryable=verdict.retryable,
     )
 
 

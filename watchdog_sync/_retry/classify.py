@@ -15,6 +15,7 @@ import http.client
 import math
 import re
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
@@ -30,7 +31,14 @@ from .._core.errors import (
     WatchdogError,
 )
 
-__all__ = ["Classification", "classify", "parse_retry_after", "status_reason", "status_verdict"]
+__all__ = [
+    "Classification",
+    "classify",
+    "parse_retry_after",
+    "status_reason",
+    "status_verdict",
+    "transport_advice",
+]
 
 _MAX_DEPTH = 8
 
@@ -131,6 +139,22 @@ _NAME_CODES = {
     "ConnectionError": "ECONNERROR",
     "SSLError": "ETLS",
 }
+# Foreign failures that retrying cannot fix, by name as above: (transport_code, reason).
+_PERMANENT_NAMES = {
+    "TooManyRedirects": ("EREDIRECTS", "too_many_redirects"),
+    "ContentDecodingError": ("EDECODE", "content_decoding"),
+    "DecodeError": ("EDECODE", "content_decoding"),
+}
+_PERMANENT_ADVICE = {
+    "tls": "the server's TLS certificate was refused{detail}; check the host name in the "
+    "URL, the certificate (self-signed, expired, issued for another host?) and the CA bundle "
+    "(REQUESTS_CA_BUNDLE, Session.verify)",
+    "too_many_redirects": "the server redirects in a loop; check the URL",
+    "content_decoding": "the body cannot be decoded as its Content-Encoding says; the "
+    "server sends it the same way every time",
+    "too_many_headers": "the response has more header lines than http.client accepts (100)",
+    "line_too_long": "a line of the response head is longer than http.client accepts (64 KiB)",
+}
 _PROGRAMMING = (
     TypeError,
     AttributeError,
@@ -165,10 +189,14 @@ def classify(exc: BaseException) -> Classification:
         return _http(exc, *status)
     if isinstance(exc, WatchdogError) and not isinstance(exc, (HTTPStatusError, TransportError)):
         return _own(exc)
-    code = _find_transport_code(exc)
-    if code is not None:
+    found = _find_transport(exc)
+    if isinstance(exc, TransportError):  # its fields were decided from its cause when raised
+        code = exc.transport_code or (found[0] if found is not None else None)
+        return Classification("transport", exc.reason, bool(exc.retryable), code)
+    if found is not None:
+        code, reason, retryable = found
         decided = isinstance(exc, WatchdogError) and exc.retryable is False  # an inner layer's say
-        return Classification("transport", "transport", not decided, code)
+        return Classification("transport", reason, retryable and not decided, code)
     if status is not None:
         return _http(exc, *status)
     if isinstance(exc, _PROGRAMMING):
@@ -229,8 +257,9 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         if depth >= _MAX_DEPTH:
             continue
         context = None if node.__suppress_context__ else node.__context__
-        linked: List[Any] = [node.__cause__, context, getattr(node, "reason", None)]
-        linked.extend(node.args[:3] if isinstance(node.args, tuple) else ())
+        linked: List[Any] = [node.__cause__, context, _attr(node, "reason")]
+        args = _attr(node, "args")
+        linked.extend(args[:3] if isinstance(args, tuple) else ())
         for item in linked:
             if isinstance(item, BaseException):
                 frontier.append((item, depth + 1))
@@ -241,16 +270,17 @@ def _find_status(exc: BaseException) -> Optional[Tuple[int, str, Mapping[str, st
         if isinstance(node, HTTPStatusError):
             retry_after = {} if node.retry_after is None else {"retry-after": str(node.retry_after)}
             return node.status, node.body, retry_after
-        response = getattr(node, "response", None)
-        status = getattr(response, "status_code", None)
-        if isinstance(status, int) and status >= 400:
-            return status, _response_text(response), getattr(response, "headers", {}) or {}
+        response = _attr(node, "response")
+        status = _attr(response, "status_code")
+        if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
+            headers = _attr(response, "headers")
+            return status, _response_text(response), headers if isinstance(headers, Mapping) else {}
     return None
 
 
 def _response_text(response: Any) -> str:
     try:
-        if getattr(response, "_content_consumed", True) is False:
+        if _attr(response, "_content_consumed") is False:
             return ""  # a streamed body not read yet: do not block on it here
         text = response.text
     except Exception:  # a body that cannot be decoded tells us nothing more
@@ -258,21 +288,74 @@ def _response_text(response: Any) -> str:
     return text[:4096] if isinstance(text, str) else ""
 
 
-def _find_transport_code(exc: BaseException) -> Optional[str]:
+def _find_transport(exc: BaseException) -> Optional[Tuple[str, str, bool]]:
+    """``(transport_code, reason, retryable)`` of the first transport failure in the chain."""
     fallback: Optional[str] = None
     for node in _chain(exc):
         if isinstance(node, TransportError) and node.transport_code:
-            return node.transport_code
-        number = getattr(node, "errno", None)
+            return node.transport_code, node.reason, bool(node.retryable)
+        permanent = _permanent_failure(node)
+        if permanent is not None:
+            return permanent[0], permanent[1], False
+        number = _attr(node, "errno")
         if isinstance(node, OSError) and isinstance(number, int) and number in _ERRNO_CODES:
-            return _ERRNO_CODES[number]
+            return _ERRNO_CODES[number], "transport", True
         for kind, code in _TYPE_CODES:
             if isinstance(node, kind):
-                return code
+                return code, "transport", True
         name_code = _NAME_CODES.get(type(node).__name__)
         if name_code is not None and fallback is None and _is_foreign_transport(node):
             fallback = name_code
-    return fallback
+    return None if fallback is None else (fallback, "transport", True)
+
+
+def _permanent_failure(node: BaseException) -> Optional[Tuple[str, str]]:
+    """``(transport_code, reason)`` when ``node`` is a transport failure that another
+    attempt cannot fix: the server, or its certificate, will answer the same again."""
+    name = type(node).__name__
+    if isinstance(node, ssl.SSLCertVerificationError) or (
+        name == "CertificateError" and _is_foreign_transport(node)  # urllib3 1.26's own
+    ):
+        return "ETLS", "tls"
+    if isinstance(node, http.client.LineTooLong):
+        return "ELINETOOLONG", "line_too_long"
+    if type(node) is http.client.HTTPException and _text(node).startswith("got more than"):
+        return "EHEADERS", "too_many_headers"  # http.client's limit on header lines (100)
+    if name in _PERMANENT_NAMES and _is_foreign_transport(node):
+        return _PERMANENT_NAMES[name]
+    return None
+
+
+def transport_advice(exc: BaseException, verdict: Classification) -> str:
+    """Why the transport failure ``exc`` (classified as ``verdict``) is not retried, and
+    what to check; empty when it is retried."""
+    advice = _PERMANENT_ADVICE.get(verdict.reason, "") if verdict.kind == "transport" else ""
+    if not advice:
+        return ""
+    if verdict.reason == "tls":
+        detail = next((_cert_problem(node) for node in _chain(exc) if _cert_problem(node)), "")
+        advice = advice.format(detail=f" ({detail})" if detail else "")
+    return f"; not retried: {advice}"
+
+
+def _cert_problem(node: BaseException) -> str:
+    message = _attr(node, "verify_message") if isinstance(node, ssl.SSLError) else None
+    return message if isinstance(message, str) else ""
+
+
+def _attr(obj: Any, name: str) -> Any:
+    """``obj.name``, or ``None`` when it is missing or its property raises."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # a broken property tells us nothing; classify() must still answer
+        return None
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ raises
+        return ""
 
 
 def _is_foreign_transport(node: BaseException) -> bool:

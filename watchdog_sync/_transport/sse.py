@@ -32,7 +32,7 @@ from .._core.durations import Duration, off
 from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
 from .._core.redact import clean_headers, excerpt, header_secrets, scrub_exception, url_secrets
 from .._core.scope import current_budget, using_budget
-from .._retry.classify import classify, parse_retry_after
+from .._retry.classify import classify, parse_retry_after, transport_advice
 from .body import body_pieces
 from .framing import EventFramer
 from .http import Session
@@ -268,10 +268,14 @@ def _open(
 
 def _transport_error(exc: BaseException, secrets: Any) -> TransportError:
     scrub_exception(exc, secrets)  # it stays our __cause__: no credential may stay in it
-    code = classify(exc).transport_code
+    verdict = classify(exc)  # the error says what classify() says about its cause
+    code = verdict.transport_code
     return TransportError(
-        f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}",
+        f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}"
+        + transport_advice(exc, verdict),
         transport_code=code,
+        reason=verdict.reason if verdict.kind == "transport" else None,
+        retryable=verdict.retryable,
     )
 
 
