@@ -91,7 +91,7 @@ def test_session_through_a_dripping_proxy_stops_at_the_deadline(drip_proxy: Drip
 def test_connect_timeout_bounds_the_whole_proxy_reply(drip_proxy: DripProxy) -> None:
     """The CONNECT reply as a whole gets the connect timeout: each drip no longer resets it."""
     started = time.monotonic()
-    with Session() as session, pytest.raises(requests.RequestException) as caught:
+    with Session() as session, pytest.raises(requests.ConnectTimeout) as caught:
         session.get(TARGET + "/models", timeout=(1.0, 5.0))
     assert time.monotonic() - started < 1.8
     verdict = ws.classify(caught.value)

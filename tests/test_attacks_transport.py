@@ -50,10 +50,10 @@ def _tls_server(kind: str, authority: trustme.CA) -> ssl.SSLContext:
     return context
 
 
-CERT_PROBLEMS = {
-    "self_signed": "self-signed certificate",
-    "wrong_host": "address mismatch",
-    "expired": "certificate has expired",
+CERT_PROBLEMS = {  # what the message says (OpenSSL's words; urllib3 1.26 checks host names)
+    "self_signed": ("self-signed certificate",),
+    "wrong_host": ("address mismatch", "doesn't match"),
+    "expired": ("certificate has expired",),
 }
 
 
@@ -97,7 +97,7 @@ def test_a_certificate_failure_is_tls_and_tried_once(
         getattr(client, call)(MESSAGES)
     assert_agrees(caught.value, "tls")
     assert caught.value.transport_code == "ETLS"
-    assert CERT_PROBLEMS[kind] in str(caught.value)
+    assert any(problem in str(caught.value) for problem in CERT_PROBLEMS[kind])
     assert "not retried" in str(caught.value)
     assert server.accepted == 1
 

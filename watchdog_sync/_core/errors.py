@@ -206,7 +206,9 @@ class TransportError(WatchdogError, ConnectionError):
     """The connection failed: reset, refused, broken pipe, truncated body.
 
     ``transport_code`` names it (``'ECONNRESET'``, ...); the requests/urllib3
-    error is ``__cause__``.
+    error is ``__cause__``. ``reason`` is ``'transport'`` (retryable), or for a failure
+    another attempt cannot fix ``'tls'``, ``'too_many_redirects'``, ``'content_decoding'``,
+    ``'too_many_headers'`` or ``'line_too_long'`` (not retryable).
     """
 
     default_reason = "transport"

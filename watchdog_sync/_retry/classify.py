@@ -339,8 +339,13 @@ def transport_advice(exc: BaseException, verdict: Classification) -> str:
 
 
 def _cert_problem(node: BaseException) -> str:
-    message = _attr(node, "verify_message") if isinstance(node, ssl.SSLError) else None
-    return message if isinstance(message, str) else ""
+    """What OpenSSL (or urllib3 1.26's host name check) said about the certificate."""
+    if isinstance(node, ssl.SSLError):
+        message = _attr(node, "verify_message")
+        return message if isinstance(message, str) else ""
+    if type(node).__name__ == "CertificateError" and _is_foreign_transport(node):
+        return _text(node)
+    return ""
 
 
 def _attr(obj: Any, name: str) -> Any:

@@ -15,6 +15,8 @@ import socket
 import time
 from typing import Any, Optional
 
+from urllib3.exceptions import ConnectTimeoutError
+
 __all__ = ["TunnelView"]
 
 
@@ -36,7 +38,8 @@ class _DeadlineReads(io.RawIOBase):
             self._sock.settimeout(left)
             with contextlib.suppress(socket.timeout):
                 return int(self._sock.recv_into(buffer))
-        raise socket.timeout(
+        # urllib3's own connect timeout, so that requests raises ConnectTimeout
+        raise ConnectTimeoutError(
             f"the proxy did not finish its reply to CONNECT within {self._timeout:.2f}s "
             "(the connect timeout)"
         )
