@@ -215,6 +215,8 @@ HOSTILE = {
     "long_header_line": (_head_reply(b"X-Long: " + b"a" * 70_000 + b"\r\n"), "line_too_long"),
 }
 ENDPOINT = b"/v1/chat/completions"
+# ChatClient does not follow a POST's redirect at all: the first 3xx is its answer
+CHAT_REASON = {"redirect_loop": "redirect"}
 
 
 @pytest.mark.parametrize("attack", sorted(HOSTILE))
@@ -231,7 +233,8 @@ def test_a_hostile_answer_to_complete_is_classified_once_and_not_retried(attack:
         assert answer.first_attempts(ENDPOINT) == 1
     error = caught.value
     verdict = ws.classify(error)
-    assert (verdict.reason, verdict.retryable) == (error.reason, error.retryable) == (reason, False)
+    expected = (CHAT_REASON.get(attack, reason), False)
+    assert (verdict.reason, verdict.retryable) == (error.reason, error.retryable) == expected
     assert "transient" not in str(error)
 
 
