@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ipaddress
 import math
 import socket
 import struct
@@ -42,6 +41,7 @@ from urllib3.util import Timeout
 from .._core.budget import Budget, _noop
 from .._core.scope import boundary, joined_budget
 from .redirect import same_origin, strip_credentials
+from .resolve import is_ip_literal, resolve_bounded
 from .tunnel import TunnelView
 
 __all__ = ["Session"]
@@ -160,36 +160,6 @@ _ACTIVE_GUARD: contextvars.ContextVar[Optional[_ConnectionGuard]] = contextvars.
 )
 
 
-def _is_ip_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
-
-
-def _resolve_bounded(host: str, port: int, timeout: Optional[float]) -> str:
-    """Resolve ``host`` in a helper thread, waiting at most ``timeout`` seconds."""
-    result: List[Any] = []
-    done = threading.Event()
-
-    def resolve() -> None:
-        try:
-            result.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
-        except OSError as exc:
-            result.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=resolve, name="watchdog_sync-dns", daemon=True).start()
-    if not done.wait(timeout):
-        raise socket.timeout(f"name resolution of {host!r} took longer than {timeout:.2f}s")
-    outcome = result[0]
-    if isinstance(outcome, OSError):
-        raise outcome
-    return str(outcome[0][4][0])
-
-
 class _GuardedConnectionMixin:
     """Resolves names within the connect timeout, bounds a proxy tunnel's reply by it, and
     tells the guard about each socket as soon as it exists."""
@@ -213,11 +183,11 @@ class _GuardedConnectionMixin:
 
     def _open_socket(self) -> Any:
         host = self._dns_host
-        if _is_ip_literal(host) or host == "localhost.":
+        if is_ip_literal(host) or host == "localhost.":
             return super()._new_conn()  # type: ignore[misc]
         timeout = self._connect_timeout()
         try:
-            address = _resolve_bounded(host, self.port, timeout)
+            address = resolve_bounded(host, self.port, timeout)
         except socket.timeout as exc:
             raise ConnectTimeoutError(self, f"Connection to {host} timed out: {exc}") from exc
         except socket.gaierror:
