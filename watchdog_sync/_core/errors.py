@@ -24,6 +24,7 @@ import errno as _errno
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Type
 
 from .redact import safe_text
+from .status import status_verdict
 
 if TYPE_CHECKING:
     from .budget import Budget
@@ -223,8 +224,9 @@ class HTTPStatusError(WatchdogError):
     """The server answered with a non-2xx status.
 
     ``body`` is a short excerpt with secrets redacted; ``retry_after`` is the
-    server's requested wait in seconds, when it sent one. ``reason`` and
-    ``retryable`` follow the status table of :func:`classify` unless given.
+    server's requested wait in seconds, when it sent one. The library passes
+    ``reason`` and ``retryable`` from the status table (``_core/status.py``); an
+    error built without them (by a caller's own code) reads them from that table.
     """
 
     default_reason = "http_status"
@@ -239,8 +241,6 @@ class HTTPStatusError(WatchdogError):
         **fields: Any,
     ) -> None:
         if fields.get("reason") is None or fields.get("retryable") is None:
-            from .._retry.classify import status_verdict  # the status table lives with classify()
-
             reason, retryable = status_verdict(status, body)
             fields["reason"] = fields.get("reason") or reason
             fields["retryable"] = (

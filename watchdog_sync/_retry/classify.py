@@ -30,15 +30,9 @@ from .._core.errors import (
     TransportError,
     WatchdogError,
 )
+from .._core.status import RETRYABLE_STATUS, status_verdict
 
-__all__ = [
-    "Classification",
-    "classify",
-    "parse_retry_after",
-    "status_reason",
-    "status_verdict",
-    "transport_advice",
-]
+__all__ = ["Classification", "classify", "parse_retry_after", "transport_advice"]
 
 _MAX_DEPTH = 8
 
@@ -60,44 +54,6 @@ class Classification:
     status: Optional[int] = None
     retry_after: Optional[float] = None
 
-
-_RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
-
-_STATUS_REASONS = {
-    400: "invalid_request",
-    401: "auth",
-    403: "forbidden",
-    404: "not_found",
-    408: "request_timeout",
-    409: "conflict",
-    413: "payload_too_large",
-    422: "invalid_request",
-    425: "too_early",
-    429: "rate_limited",
-    500: "server_error",
-    502: "bad_gateway",
-    503: "unavailable",
-    504: "gateway_timeout",
-    529: "overloaded",
-}
-
-_QUOTA_MARKERS = (
-    "insufficient_quota",
-    "billing_hard_limit_reached",
-    "billing_not_active",
-    "exceeded your current quota",
-    "quota exceeded",
-    "quota_exceeded",
-    "check your plan and billing",
-)
-_CONTEXT_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context length",
-    "context window",
-    "prompt is too long",
-    "too many tokens",
-)
 
 _ERRNO_CODES = {
     errno.ECONNRESET: "ECONNRESET",
@@ -185,7 +141,7 @@ def classify(exc: BaseException) -> Classification:
             "timeout", exc.reason, exc.chunks_received == 0 and exc.retryable, "ETIMEDOUT"
         )
     status = _find_status(exc)
-    if status is not None and status[0] not in _RETRYABLE_STATUS:
+    if status is not None and status[0] not in RETRYABLE_STATUS:
         return _http(exc, *status)
     if isinstance(exc, WatchdogError) and not isinstance(exc, (HTTPStatusError, TransportError)):
         return _own(exc)
@@ -222,26 +178,6 @@ def _http(exc: BaseException, status: int, body: str, headers: Mapping[str, str]
     if isinstance(exc, WatchdogError) and exc.retryable is False:
         retryable = False  # an inner layer already decided
     return Classification("http", reason, retryable, None, status, retry_after)
-
-
-def status_verdict(status: int, body: str = "") -> Tuple[str, bool]:
-    """The reason code for an HTTP status and whether another attempt could help."""
-    reason = status_reason(status, body)
-    return reason, status in _RETRYABLE_STATUS and reason != "quota_exceeded"
-
-
-def status_reason(status: int, body: str = "") -> str:
-    """The reason code for an HTTP status, reading quota and context hints in ``body``."""
-    lowered = body.lower()
-    if status == 429 and any(marker in lowered for marker in _QUOTA_MARKERS):
-        return "quota_exceeded"
-    if status in (400, 413, 422) and any(marker in lowered for marker in _CONTEXT_MARKERS):
-        return "context_length"
-    if status in _STATUS_REASONS:
-        return _STATUS_REASONS[status]
-    if 300 <= status < 400:
-        return "redirect"  # one that was not followed
-    return "server_error" if status >= 500 else "http_status"
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
