@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import errno
 import pickle
+from typing import Any
 
 import pytest
 
 import watchdog_sync as ws
+from watchdog_sync.testing import FaultGateway
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -74,3 +76,51 @@ def test_cancelled_is_not_an_exception() -> None:
 
 def test_repr_names_the_class_and_reason() -> None:
     assert repr(ws.OperationCancelled("stop")) == "OperationCancelled('stop', reason='cancelled')"
+
+
+class _FailingSession(ws.Session):
+    """A Session whose every request fails with one shared error, as a layer below may raise."""
+
+    def __init__(self, error: ws.WatchdogError) -> None:
+        super().__init__()
+        self.error = error
+
+    def request(self, *args: object, **kwargs: object) -> Any:
+        raise self.error
+
+
+def test_the_chat_layer_raises_a_copy_with_its_fields_and_leaves_the_raised_error_alone() -> None:
+    """Errors are immutable once raised: the call's request_id goes into a copy, same cause."""
+    cause = ConnectionResetError(errno.ECONNRESET, "reset")
+    shared = ws.TransportError("reset", transport_code="ECONNRESET", retryable=False)
+    shared.__cause__ = cause
+    session = _FailingSession(shared)
+    messages = [{"role": "user", "content": "hi"}]
+    client = ws.ChatClient("http://127.0.0.1:9/v1", model="m", session=session)
+    with session, client, pytest.raises(ws.TransportError) as caught:
+        client.complete(messages)
+    assert caught.value is not shared and caught.value.request_id is not None
+    assert (shared.request_id, shared.attempt) == (None, None)
+    assert caught.value.__cause__ is cause
+    assert (str(caught.value), caught.value.transport_code) == ("reset", "ECONNRESET")
+
+
+@pytest.mark.parametrize("method", ["complete", "stream"])
+def test_a_status_error_is_built_once_at_the_boundary_with_the_calls_fields(
+    fault_gateway: FaultGateway, method: str
+) -> None:
+    """No rebuilt error hides in its context; request_id and the chat wording are its own."""
+    base = fault_gateway.base_url("http401")
+    client = ws.ChatClient(base, "key-0123456789", model="m")
+    with client, pytest.raises(ws.HTTPStatusError) as caught:
+        getattr(client, method)([{"role": "user", "content": "hi"}])
+    error = caught.value
+    assert error.__context__ is None and error.__cause__ is None
+    assert (error.reason, error.retryable, error.attempt) == (
+        "auth",
+        False,
+        1 if method == "stream" else None,
+    )
+    (seen,) = fault_gateway.requests_seen(base)
+    assert error.request_id == seen.request_id
+    assert str(error).startswith("HTTP 401: Incorrect API key provided")

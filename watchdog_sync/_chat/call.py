@@ -10,7 +10,8 @@ from .._core.budget import Budget
 from .._core.errors import WatchdogError
 from .._core.events import event_fields
 from .._transport.http import Session
-from .errors import tag
+from .._transport.translate import Translator
+from .errors import for_call, status_wording
 
 __all__ = ["STAGE", "ChatCall", "run_in_call"]
 
@@ -44,18 +45,22 @@ class ChatCall:
         """The fields every event of this call carries."""
         return {"request_id": self.request_id, "model": self.model}
 
+    def translator(self, attempt: Optional[int] = None) -> Translator:
+        """The translation boundary for one attempt: the call's secrets, wording and fields."""
+        return Translator(self.secrets, status_wording, self.request_id, attempt)
+
 
 def run_in_call(call: ChatCall, budget: Budget, owner: Budget, fn: Callable[[], T]) -> T:
     """Run ``fn`` as the boundary of ``owner`` (its end becomes an ordinary error).
 
     Events inside carry the call's ``request_id`` and ``model``; every
-    :class:`WatchdogError` leaving carries ``request_id``. An end of an outer
-    scope's budget passes through to that scope.
+    :class:`WatchdogError` leaving carries ``request_id`` (the retry loop's own
+    errors, for one, are built without it). An end of an outer scope's budget
+    passes through to that scope.
     """
     with event_fields(**call.fields()):
         try:
             with _scope.boundary(budget, owner):
                 return fn()
         except WatchdogError as exc:
-            tag(exc, call.request_id)
-            raise
+            raise for_call(exc, call.request_id)  # noqa: B904  (a copy of exc, with its cause)

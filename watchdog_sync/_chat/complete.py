@@ -8,18 +8,18 @@ size and must be one JSON object.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List
 
 import requests
 
 from .._core.errors import StreamProtocolError
 from .._core.redact import excerpt
-from .._retry.classify import parse_retry_after
+from .._transport.json_object import json_object
 from .._transport.redirect import is_redirect, refused_redirect
 from .._transport.sse import DEFAULT_MAX_EVENT_BYTES
+from .._transport.translate import REQUESTS_ERRORS, Translator
 from .call import ChatCall
-from .errors import error_object, status_error, transport_error
+from .errors import error_object
 
 __all__ = ["MAX_RESPONSE_BYTES", "complete_once"]
 
@@ -33,10 +33,12 @@ def complete_once(call: ChatCall) -> Dict[str, Any]:
 
     Raises ``TransportError`` (connection failed or broke before the whole
     body arrived: retryable), ``HTTPStatusError`` (non-2xx, or an error
-    object in a 200 body; a redirect is not followed: ``reason='redirect'``) and ``StreamProtocolError`` (``malformed_response``:
-    not a JSON object; ``response_too_large``). The budget's end raises
-    ``Cancelled`` for the boundary above.
+    object in a 200 body; a redirect is not followed: ``reason='redirect'``) and
+    ``StreamProtocolError`` (``malformed_response``: not a JSON object, however it
+    fails to decode; ``response_too_large``). The budget's end raises ``Cancelled``
+    for the boundary above.
     """
+    errors = call.translator()
     try:
         response = call.session.post(
             call.url,
@@ -46,43 +48,41 @@ def complete_once(call: ChatCall) -> Dict[str, Any]:
             timeout=(call.connect_timeout, None),
             allow_redirects=False,  # a POST is never replayed elsewhere, nor turned into a GET
         )
-    except requests.RequestException as exc:
-        raise transport_error(exc, call.secrets) from exc
+    except REQUESTS_ERRORS as exc:
+        raise errors.error(exc) from exc
     try:
         status = response.status_code
         if is_redirect(response):
-            raise refused_redirect(response, "POST", call.secrets)
+            raise refused_redirect(response, "POST", call.secrets, **errors.fields())
         if not 200 <= status < 300:
-            text = _read(response, _ERROR_BODY_BYTES, call, partial=True)
-            raise status_error(
-                status,
-                text.decode("utf-8", "replace"),
-                call.secrets,
-                retry_after=parse_retry_after(response.headers),
-            )
-        data = _read(response, MAX_RESPONSE_BYTES, call, partial=False)
+            text = _read(response, _ERROR_BODY_BYTES, errors, partial=True)
+            body = _text(text)
+            raise errors.status_error(status, response.reason or "", body, response.headers)
+        data = _read(response, MAX_RESPONSE_BYTES, errors, partial=False)
     finally:
         response.close()
-    try:
-        result = json.loads(data)
-    except ValueError:
-        result = None
-    if not isinstance(result, dict):
+    result = json_object(data)
+    if result is None:
         raise StreamProtocolError(
             f"the completion is not a JSON object ({len(data)} bytes, starting "
             f"{_start(data, call)!r}); check that base_url points at an OpenAI-compatible API",
             reason="malformed_response",
+            **errors.fields(),
         )
     if result.get("error") is not None:
-        raise error_object(result, 0, call.secrets)
+        raise error_object(result, _text(data), 0, call.secrets, **errors.fields())
     return result
 
 
 def _start(data: bytes, call: ChatCall) -> str:
-    return excerpt(data[:4096].decode("utf-8", "replace"), 60, call.secrets)
+    return excerpt(_text(data[:4096]), 60, call.secrets)
 
 
-def _read(response: requests.Response, limit: int, call: ChatCall, *, partial: bool) -> bytes:
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _read(response: requests.Response, limit: int, errors: Translator, *, partial: bool) -> bytes:
     """The body, at most ``limit`` bytes: cut there (``partial``) or refused."""
     pieces: List[bytes] = []
     size = 0
@@ -96,10 +96,11 @@ def _read(response: requests.Response, limit: int, call: ChatCall, *, partial: b
                 raise StreamProtocolError(
                     f"the completion is larger than {limit} bytes; stopped reading to bound memory",
                     reason="response_too_large",
+                    **errors.fields(),
                 )
             pieces.append(piece)
-    except requests.RequestException as exc:
+    except REQUESTS_ERRORS as exc:
         if not partial:
-            raise transport_error(exc, call.secrets) from exc
+            raise errors.error(exc) from exc
         # An error body cut short still has its status; what arrived is enough.
     return b"".join(pieces)

@@ -2,24 +2,28 @@
 
 Every message shown is redacted with the call's secrets (the API key, credential
 headers and their bare tokens) and with the key-shaped patterns of ``_redact``.
+Errors are built once, with the call's fields; an error raised below the chat
+layer leaves it as a copy with the call's fields added (:func:`for_call`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, TypeVar
 
-from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
-from .._core.redact import excerpt, scrub_exception
-from .._retry.classify import classify, transport_advice
+from .._core.errors import StreamProtocolError, WatchdogError, with_fields
+from .._core.redact import excerpt
+from .._transport.json_object import json_object
+from .._transport.translate import http_status_error
 
 __all__ = [
     "error_object",
+    "for_call",
     "no_finish_reason",
-    "status_error",
-    "tag",
-    "transport_error",
+    "status_wording",
 ]
+
+E = TypeVar("E", bound=WatchdogError)
 
 _ADVICE = {
     400: "the server rejected the request: check messages and parameters",
@@ -35,11 +39,8 @@ _ADVICE = {
 
 def server_message(body: str) -> Optional[str]:
     """The error text of an OpenAI-style body (``{"error": {"message": ...}}``), if any."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return None
-    return _describe_error(parsed.get("error", parsed)) if isinstance(parsed, dict) else None
+    parsed = json_object(body)
+    return None if parsed is None else _describe_error(parsed.get("error", parsed))
 
 
 def _describe_error(error: Any) -> Optional[str]:
@@ -54,38 +55,30 @@ def _describe_error(error: Any) -> Optional[str]:
     return f"{message} ({', '.join(kinds)})" if kinds else message
 
 
-def status_error(
-    status: int,
-    body: str,
-    secrets: Sequence[Optional[str]],
-    *,
-    retry_after: Optional[float] = None,
-    retryable: Optional[bool] = None,
-    where: str = "",
-) -> HTTPStatusError:
-    """An :class:`HTTPStatusError` whose message is the server's own error text."""
+def status_wording(
+    status: int, phrase: str, body: str, secrets: Sequence[str], where: str = ""
+) -> str:
+    """The message of a status error: the server's own error text, and what to do."""
     shown = excerpt(server_message(body) or body, 300, secrets) or "(empty body)"
     advice = _ADVICE.get(status)
-    return HTTPStatusError(
-        f"HTTP {status}{where}: {shown}" + (f"; {advice}" if advice else ""),
-        status=status,
-        retry_after=retry_after,
-        body=excerpt(body, 1000, secrets),
-        retryable=retryable,
-    )
+    return f"HTTP {status}{where}: {shown}" + (f"; {advice}" if advice else "")
 
 
 def error_object(
-    chunk: Dict[str, Any], chunks: int, secrets: Sequence[Optional[str]]
+    chunk: Dict[str, Any], raw: str, chunks: int, secrets: Sequence[str], **fields: Any
 ) -> WatchdogError:
     """The error for an ``{"error": ...}`` object sent inside a stream (or a 200 body).
 
     With an HTTP status in its ``code`` or ``status``: an :class:`HTTPStatusError`
     (retryable by the status table, and only if no chunk was delivered yet);
-    otherwise ``StreamProtocolError(reason="stream_error")``.
+    otherwise ``StreamProtocolError(reason="stream_error")``. ``raw`` is the text
+    ``chunk`` was decoded from; ``fields`` (``request_id``, ``attempt``) go into the error.
     """
     error = chunk.get("error")
-    body = json.dumps(chunk, ensure_ascii=False, default=str)
+    try:
+        body = json.dumps(chunk, ensure_ascii=False, default=str)
+    except RecursionError:  # nested just below json's limit: shown as it arrived
+        body = raw
     status = None
     for holder in (error, chunk):
         if isinstance(holder, dict):
@@ -93,15 +86,21 @@ def error_object(
                 status or _http_status(holder.get("code")) or _http_status(holder.get("status"))
             )
     if status is not None:
-        verdict = status_error(status, body, secrets, where=" (an error event in the stream)")
-        if chunks:
-            verdict.retryable = False  # chunks were delivered: a replay would duplicate them
-        return verdict
+        where = " (an error event in the stream)"
+        return http_status_error(
+            status,
+            body,
+            message=status_wording(status, "", body, secrets, where),
+            secrets=secrets,
+            retryable=False if chunks else None,  # delivered chunks: a replay would repeat them
+            **fields,
+        )
     shown = excerpt(_describe_error(error) or body, 300, secrets)
     return StreamProtocolError(
         f"the server sent an error inside the stream after {chunks} chunks: {shown}",
         reason="stream_error",
         chunks_received=chunks,
+        **fields,
     )
 
 
@@ -113,7 +112,7 @@ def _http_status(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and 400 <= value <= 599 else None
 
 
-def no_finish_reason(chunks: int, how: str) -> StreamProtocolError:
+def no_finish_reason(chunks: int, how: str, **fields: Any) -> StreamProtocolError:
     """The stream ended (``how``) without ``finish_reason``; retryable only before any chunk."""
     if chunks:
         outcome = "the answer is incomplete (not retried: chunks were already delivered)"
@@ -124,31 +123,16 @@ def no_finish_reason(chunks: int, how: str) -> StreamProtocolError:
         reason="no_finish_reason",
         chunks_received=chunks,
         retryable=chunks == 0,
+        **fields,
     )
 
 
-def transport_error(exc: BaseException, secrets: Sequence[Optional[str]]) -> TransportError:
-    """A :class:`TransportError` for a requests/urllib3 failure (``exc`` is its cause).
-
-    ``exc`` is scrubbed first: it stays reachable as ``__cause__``, so its request's
-    credential headers and any secret in its message are masked in place.
-    """
-    scrub_exception(exc, secrets)
-    verdict = classify(exc)  # the error says what classify() says about its cause
-    code = verdict.transport_code
-    return TransportError(
-        f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}"
-        + transport_advice(exc, verdict),
-        transport_code=code,
-        reason=verdict.reason if verdict.kind == "transport" else None,
-        retryable=verdict.retryable,
-    )
-
-
-def tag(error: WatchdogError, request_id: str, attempt: Optional[int] = None) -> WatchdogError:
-    """Fill the call's ``request_id`` (and ``attempt``) into ``error`` where it has none."""
+def for_call(error: E, request_id: str, attempt: Optional[int] = None, **fields: Any) -> E:
+    """``error`` as the call reports it: its ``request_id`` and ``attempt`` where it has none,
+    and ``fields`` set. A copy when anything changes (errors are immutable once raised)."""
+    changes = dict(fields)
     if error.request_id is None:
-        error.request_id = request_id
+        changes["request_id"] = request_id
     if error.attempt is None and attempt is not None:
-        error.attempt = attempt
-    return error
+        changes["attempt"] = attempt
+    return with_fields(error, **changes)

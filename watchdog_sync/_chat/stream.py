@@ -9,34 +9,27 @@ iterating carry ``retryable=False`` and outer retry loops leave them alone.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.config import AS_IDLE
 from .._core.durations import off
-from .._core.errors import (
-    Cancelled,
-    HTTPStatusError,
-    StreamIdleTimeout,
-    StreamProtocolError,
-    WatchdogError,
-)
+from .._core.errors import Cancelled, StreamIdleTimeout, StreamProtocolError, WatchdogError
 from .._core.events import Event, context_with_fields, emit, event_fields
 from .._core.redact import excerpt
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
-from .._transport.sse import SSEStream, stream_sse
+from .._transport.json_object import json_object
+from .._transport.sse import SSEStream, open_sse
 from .._transport.stream import StreamStats
 from .call import STAGE, ChatCall, run_in_call
-from .errors import error_object, no_finish_reason, status_error, tag
+from .errors import error_object, for_call, no_finish_reason
 
 __all__ = ["ChatStream", "open_stream"]
 
 _DONE = "[DONE]"
 _SERVER_ID_HEADERS = ("x-request-id", "openai-request-id", "request-id")
-_loads = json.loads
 
 
 class ChatStream:
@@ -66,7 +59,8 @@ class ChatStream:
     scope's end passes through to that scope. On cancel:
     :class:`OperationCancelled`. Every error raised while iterating has
     ``retryable=False`` (chunks were delivered; nothing is replayed) and
-    carries ``request_id``.
+    carries ``request_id``; after any error the stream is closed (connection
+    shut, reader thread ended).
     """
 
     def __init__(
@@ -129,17 +123,28 @@ class ChatStream:
             ) from None
         except WatchdogError as exc:
             if not (isinstance(exc, StreamIdleTimeout) and self.finish_reason is not None):
-                exc.retryable = False  # chunks were delivered: no replay, for any outer loop
-                tag(exc, self.request_id, self.attempts)
-                if isinstance(exc, StreamProtocolError) and not exc.chunks_received:
-                    exc.chunks_received = self._chunks
-                run(self._failed, exc.reason, exc)
-                raise
+                raise self._failure(exc)  # noqa: B904  (a copy of exc, with its cause)
             chunk = None  # finished, but the server kept the stream open: the answer is whole
+        except BaseException:
+            run(self._end)  # whatever broke, nothing more comes: shut the connection now
+            raise
         if chunk is None:
             run(self._end)
             raise StopIteration
         return chunk
+
+    def _failure(self, exc: WatchdogError) -> WatchdogError:
+        """What to raise for ``exc`` after chunks were delivered (the stream is ended).
+
+        Not retryable (no replay, for any outer loop), with the call's fields. No
+        frame that raises it names it, so its traceback makes no reference cycle.
+        """
+        more: Dict[str, Any] = {"retryable": False}
+        if isinstance(exc, StreamProtocolError) and not exc.chunks_received:
+            more["chunks_received"] = self._chunks
+        final = for_call(exc, self.request_id, self.attempts, **more)
+        self._context.run(self._failed, final.reason, final)
+        return final
 
     def _step(self) -> Optional[Dict[str, Any]]:
         """The next chunk, ``None`` at a normal end; raises on every failure."""
@@ -151,26 +156,19 @@ class ChatStream:
             sse = self._sse
             truncated = sse is not None and sse.truncated
             how = "in the middle of an event" if truncated else "without [DONE]"
-            raise no_finish_reason(self._chunks, how) from None
-        except HTTPStatusError as exc:
-            if exc.reason == "redirect":
-                raise  # it names the Location, redacted with the call's secrets already
-            raise status_error(
-                exc.status, exc.body, self._call.secrets, retry_after=exc.retry_after
-            ) from None
+            raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
         data = event.data
         if data == _DONE:
             if not self._chunks:
-                raise no_finish_reason(0, "with [DONE]")
+                raise no_finish_reason(0, "with [DONE]", **self._fields_of_errors())
             return None
-        try:
-            chunk = _loads(data)
-        except ValueError:
-            raise self._malformed(data) from None
-        if type(chunk) is not dict:
+        chunk = json_object(data)
+        if chunk is None:
             raise self._malformed(data)
         if chunk.get("error") is not None or event.event == "error":
-            raise error_object(chunk, self._chunks, self._call.secrets)
+            raise error_object(
+                chunk, data, self._chunks, self._call.secrets, **self._fields_of_errors()
+            )
         choices = chunk.get("choices")
         if choices and type(choices) is list:
             choice = choices[0]
@@ -196,7 +194,11 @@ class ChatStream:
             "the server is not speaking the OpenAI chunk format",
             reason="malformed_event",
             chunks_received=self._chunks,
+            **self._fields_of_errors(),
         )
+
+    def _fields_of_errors(self) -> Dict[str, Any]:
+        return {"request_id": self.request_id, "attempt": self.attempts}
 
     # -- opening ---------------------------------------------------------------
 
@@ -224,7 +226,7 @@ class ChatStream:
         self.finish_reason = None
         self.usage = None
         call = self._call
-        sse = stream_sse(
+        sse = open_sse(
             call.url,
             json=call.body,
             headers=call.headers,
@@ -236,6 +238,7 @@ class ChatStream:
                 else off(call.first_event_timeout)
             ),
             connect_timeout=off(call.connect_timeout),
+            translator=call.translator(self.attempts),
         )
         self._sse = sse
         self._events = iter(sse)
@@ -243,9 +246,8 @@ class ChatStream:
         try:
             try:
                 chunk = self._step()
-            except WatchdogError as exc:
-                tag(exc, self.request_id, self.attempts)
-                raise
+            except WatchdogError as exc:  # the guard's and the framer's errors lack the call's
+                raise for_call(exc, self.request_id, self.attempts)  # noqa: B904  (keeps its cause)
             # None (a normal end) needs a chunk first: a finish_reason or [DONE] after chunks.
             assert chunk is not None
             headers = {k.lower(): v for k, v in sse.headers.items()}

@@ -10,7 +10,6 @@ so thinking models and busy queues deserve more room than it shows.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 import time
@@ -19,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from .._core.budget import Budget
 from .._core.config import IDLE_TIMEOUT_UNSET, TIMEOUT_UNSET, budget_limit, idle_setting
 from .._core.durations import Duration, off
+from .._transport.json_object import json_object
 from .._transport.sse import stream_sse
 
 __all__ = ["ProbeReport", "probe", "suggest_idle_timeout"]
@@ -127,11 +127,8 @@ def probe(
 
 
 def _finish_reason(data: str) -> Optional[str]:
-    try:
-        chunk = json.loads(data)
-    except ValueError:
-        return None
-    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    chunk = json_object(data)
+    choices = chunk.get("choices") if chunk is not None else None
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         reason = choices[0].get("finish_reason")
         return reason if isinstance(reason, str) else None

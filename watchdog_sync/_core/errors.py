@@ -15,13 +15,15 @@
           ├── HTTPStatusError           a non-2xx answer; .status .retry_after .body
           └── StreamProtocolError       the stream broke the protocol (no finish_reason, ...)
 
-Every error pickles with its fields, so it can cross a process boundary.
+Every error pickles with its fields, so it can cross a process boundary. Errors are
+immutable once raised: a layer that knows more (the call's request id, ...) raises a
+copy made by :func:`with_fields`, never a changed original.
 """
 
 from __future__ import annotations
 
 import errno as _errno
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Type, TypeVar
 
 from .redact import safe_text
 from .status import status_verdict
@@ -40,7 +42,10 @@ __all__ = [
     "StreamProtocolError",
     "TransportError",
     "WatchdogError",
+    "with_fields",
 ]
+
+E = TypeVar("E", bound="WatchdogError")
 
 
 class Cancelled(BaseException):
@@ -265,3 +270,23 @@ class StreamProtocolError(WatchdogError):
     def __init__(self, message: str, *, chunks_received: int = 0, **fields: Any) -> None:
         super().__init__(message, **fields)
         self.chunks_received = chunks_received
+
+
+def with_fields(error: E, **fields: Any) -> E:
+    """A new error like ``error`` with ``fields`` changed; ``error`` itself stays as it was raised.
+
+    The copy keeps the message, the cause, the traceback and how the context is shown,
+    so ``raise with_fields(exc, request_id=...)`` in ``except ... as exc`` reads like
+    re-raising ``exc`` with more context. Returns ``error`` itself when nothing changes.
+    """
+    unknown = sorted(name for name in fields if name not in vars(error))
+    if unknown:
+        raise TypeError(f"{type(error).__name__} has no field {unknown[0]!r}")
+    if all(getattr(error, name) == value for name, value in fields.items()):
+        return error
+    copy = _rebuild(type(error), error.message, {**vars(error), **fields})
+    copy.__cause__ = error.__cause__
+    # Raised inside ``except``, the copy's context is the original: show what it showed.
+    copy.__suppress_context__ = error.__suppress_context__ or error.__context__ is None
+    copy.__traceback__ = error.__traceback__
+    return copy  # type: ignore[return-value]  # _rebuild made an instance of type(error)

@@ -65,9 +65,12 @@ def is_redirect(response: requests.Response) -> bool:
 
 
 def refused_redirect(
-    response: requests.Response, method: str, secrets: Sequence[Optional[str]]
+    response: requests.Response, method: str, secrets: Sequence[Optional[str]], **fields: Any
 ) -> HTTPStatusError:
-    """The error for a redirect of ``method`` that is not followed (not retryable)."""
+    """The error for a redirect of ``method`` that is not followed (not retryable).
+
+    ``fields`` (the call's ``request_id`` and ``attempt``) go into the error.
+    """
     status = response.status_code
     target = urllib.parse.urljoin(response.url or "", response.headers.get("Location", ""))
     return HTTPStatusError(
@@ -78,4 +81,5 @@ def refused_redirect(
         status=status,
         reason="redirect",
         retryable=False,
+        **fields,
     )

@@ -16,7 +16,6 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 import requests
 import sseclient
-import urllib3.exceptions
 
 from .._core.budget import Budget
 from .._core.config import (
@@ -29,27 +28,21 @@ from .._core.config import (
     idle_setting,
 )
 from .._core.durations import Duration, off
-from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError, WatchdogError
-from .._core.redact import clean_headers, excerpt, header_secrets, scrub_exception, url_secrets
+from .._core.errors import StreamProtocolError, WatchdogError
+from .._core.redact import clean_headers, excerpt, header_secrets, url_secrets
 from .._core.scope import current_budget, using_budget
-from .._retry.classify import classify, parse_retry_after, transport_advice
 from .body import body_pieces
 from .framing import EventFramer
 from .http import Session
 from .redirect import FOLLOWED_METHODS, is_redirect, refused_redirect
 from .stream import GuardedStream, StreamStats, guard_stream
+from .translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "stream_sse"]
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "open_sse", "stream_sse"]
 
 DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
 _ERROR_BODY_LIMIT = 4096
-_READ_ERRORS = (
-    OSError,
-    http.client.HTTPException,
-    urllib3.exceptions.HTTPError,
-    requests.RequestException,
-    ValueError,
-)
+_PLAIN = Translator()
 
 
 class _FramedSSEClient(sseclient.SSEClient):
@@ -171,6 +164,40 @@ def stream_sse(
     ends, a scope's ``Cancelled`` propagates to that scope; with ``budget=``
     the stream raises :class:`DeadlineExceeded` / :class:`OperationCancelled`.
     """
+    return open_sse(
+        url,
+        method=method,
+        json=json,
+        headers=headers,
+        session=session,
+        idle_timeout=idle_timeout,
+        first_event_timeout=first_event_timeout,
+        connect_timeout=connect_timeout,
+        budget=budget,
+        max_event_bytes=max_event_bytes,
+    )
+
+
+def open_sse(
+    url: str,
+    *,
+    method: str = "POST",
+    json: Any = None,
+    headers: Optional[Mapping[str, str]] = None,
+    session: Optional[Session] = None,
+    idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
+    first_event_timeout: Optional[Duration] = AS_IDLE,
+    connect_timeout: Optional[Duration] = CONNECT_TIMEOUT_UNSET,
+    budget: Optional[Budget] = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    translator: Optional[Translator] = None,
+) -> SSEStream:
+    """:func:`stream_sse`, with the :class:`Translator` that builds its errors.
+
+    ``translator`` (default: one that redacts the credential headers) lets a layer
+    above word its status errors and fill its fields into every error built here,
+    so the error is constructed once, complete.
+    """
     if session is not None and not isinstance(session, Session):
         raise TypeError(
             "session must be a watchdog_sync.Session (a plain requests.Session cannot be "
@@ -197,7 +224,7 @@ def stream_sse(
         "Cache-Control": "no-cache",
     }
     request_headers.update(clean_headers(headers or {}))
-    secrets = [*header_secrets(request_headers), *url_secrets(url)]
+    errors = translator or Translator((*header_secrets(request_headers), *url_secrets(url)))
 
     # The reader reaches the stream weakly: a stream its consumer dropped (``break``
     # without close()) is collected, and the guard then shuts the connection.
@@ -208,7 +235,7 @@ def stream_sse(
         active = Session() if session is None else session
         try:
             with using_budget(abort):
-                response = _open(active, method, url, json, request_headers, connect, secrets)
+                response = _open(active, method, url, json, request_headers, connect, errors)
                 current = stream_ref()
                 if current is not None:
                     current.headers_at = time.monotonic()
@@ -216,15 +243,12 @@ def stream_sse(
                     current.headers = dict(response.headers)
                 del current
                 try:
-                    _check_response(response, method, secrets)
-                    client = _FramedSSEClient(_chunks(response, framer, stream_ref, abort))
+                    _check_response(response, method, errors)
+                    chunks = _chunks(response, framer, stream_ref, abort, errors)
                     try:
-                        yield from client.events()
-                    except UnicodeDecodeError as exc:
-                        raise StreamProtocolError(
-                            f"an SSE event is not valid UTF-8 ({exc.reason} at byte {exc.start})",
-                            reason="malformed_event",
-                        ) from None
+                        yield from _FramedSSEClient(chunks).events()
+                    except UnicodeDecodeError as exc:  # sseclient decodes each event
+                        raise errors.error(exc) from exc
                 finally:
                     response.close()
         finally:
@@ -249,7 +273,7 @@ def _open(
     body: Any,
     headers: Mapping[str, str],
     connect: Optional[float],
-    secrets: Any,
+    translator: Translator,
 ) -> requests.Response:
     follow = str(method).upper() in FOLLOWED_METHODS  # a POST is never replayed elsewhere
     try:
@@ -262,57 +286,41 @@ def _open(
             timeout=(connect, None),
             allow_redirects=follow,
         )
-    except requests.RequestException as exc:
-        raise _transport_error(exc, secrets) from exc
+    except REQUESTS_ERRORS as exc:
+        raise translator.error(exc) from exc
 
 
-def _transport_error(exc: BaseException, secrets: Any) -> TransportError:
-    scrub_exception(exc, secrets)  # it stays our __cause__: no credential may stay in it
-    verdict = classify(exc)  # the error says what classify() says about its cause
-    code = verdict.transport_code
-    return TransportError(
-        f"transport failure ({code or type(exc).__name__}): {excerpt(str(exc), 300, secrets)}"
-        + transport_advice(exc, verdict),
-        transport_code=code,
-        reason=verdict.reason if verdict.kind == "transport" else None,
-        retryable=verdict.retryable,
-    )
-
-
-def _check_response(response: requests.Response, method: str, secrets: Any) -> None:
+def _check_response(response: requests.Response, method: str, translator: Translator) -> None:
     status = response.status_code
     if is_redirect(response):
-        raise refused_redirect(response, str(method).upper(), secrets)
+        raise refused_redirect(
+            response, str(method).upper(), translator.secrets, **translator.fields()
+        )
     if not 200 <= status < 300:
         body = _read_error_body(response)
-        reason = excerpt(str(response.reason or ""), 100, secrets)
-        raise HTTPStatusError(
-            f"HTTP {status} {reason}".rstrip()
-            + f": {excerpt(body, 300, secrets) or '(empty body)'}",
-            status=status,
-            retry_after=parse_retry_after(response.headers),
-            body=excerpt(body, 1000, secrets),
-        )
+        raise translator.status_error(status, response.reason or "", body, response.headers)
     content_type = response.headers.get("Content-Type", "")
     if not content_type.lower().startswith("text/event-stream"):
         raise StreamProtocolError(
             f"expected an event stream (text/event-stream) but the server answered "
-            f"{excerpt(content_type, 100, secrets) or 'with no Content-Type'}; check the URL and "
+            f"{excerpt(content_type, 100, translator.secrets) or 'with no Content-Type'}; check the URL and "
             "that the request asks for streaming",
             reason="unexpected_content_type",
+            **translator.fields(),
         )
     encoding = response.headers.get("Content-Encoding", "identity").lower()
     if encoding not in ("", "identity"):
         raise StreamProtocolError(
-            f"the event stream is compressed ({excerpt(encoding, 100, secrets)}) although "
+            f"the event stream is compressed ({excerpt(encoding, 100, translator.secrets)}) although "
             "identity was asked for",
             reason="unexpected_content_encoding",
+            **translator.fields(),
         )
 
 
 def _read_error_body(response: requests.Response) -> str:
     data = b""
-    with contextlib.suppress(*_READ_ERRORS):
+    with contextlib.suppress(*RAW_READ_ERRORS):
         for piece in body_pieces(_http_response(response)):
             data += piece
             if len(data) >= _ERROR_BODY_LIMIT:
@@ -336,6 +344,7 @@ def _chunks(
     framer: EventFramer,
     stream_ref: Callable[[], Optional[SSEStream]],
     abort: Budget,
+    translator: Translator = _PLAIN,
 ) -> Iterator[bytes]:
     """Complete events as they arrive; raise TransportError on a broken connection."""
     pieces = body_pieces(_http_response(response))
@@ -344,9 +353,9 @@ def _chunks(
     while True:
         try:
             piece = next(pieces, None)
-        except _READ_ERRORS as exc:
+        except RAW_READ_ERRORS as exc:
             abort.check()  # shut from outside on purpose: not a transport failure
-            raise _transport_error(exc, ()) from exc
+            raise translator.error(exc) from exc
         if piece is None:
             break
         abort.check()  # stopped from outside: do not parse what was already queued
