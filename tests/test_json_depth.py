@@ -7,6 +7,7 @@ is a 100 kB body, well inside every size cap.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -16,10 +17,11 @@ import pytest
 
 import watchdog_sync as ws
 from watchdog_sync import ChatClient
+from watchdog_sync.cli import main
 from watchdog_sync.testing import READER_THREAD_NAME
 
 from .rawserver import RawServer, send_body_piece, send_sse_head, wait_for_disconnect
-from .test_chat import HELLO, MESSAGES, read_request, wait_for
+from .test_chat import DONE, HELLO, MESSAGES, read_request, wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -113,3 +115,14 @@ def test_an_error_status_with_a_deeply_nested_body_is_an_http_status_error(call:
     error = caught.value
     assert (error.status, error.reason, error.retryable) == (400, "invalid_request", False)
     assert "HTTP 400: [[[" in str(error)
+
+
+def test_the_probe_reports_a_stream_with_a_deeply_nested_event(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """watchdog-sync probe counts the event it cannot decode instead of crashing on it."""
+    server = RawServer(event_stream(HELLO, DEEP_EVENT, DONE, closed_at=[]))
+    with server:
+        code = main(["probe", "--base-url", server.url, "--model", "m", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert (code, report["ok"], report["events"]) == (0, True, 2)

@@ -128,8 +128,11 @@ def no_finish_reason(chunks: int, how: str, **fields: Any) -> StreamProtocolErro
 
 
 def for_call(error: E, request_id: str, attempt: Optional[int] = None, **fields: Any) -> E:
-    """``error`` as the call reports it: its ``request_id`` and ``attempt`` where it has none,
-    and ``fields`` set. A copy when anything changes (errors are immutable once raised)."""
+    """``error`` as the call reports it, with ``fields`` set.
+
+    ``request_id`` and ``attempt`` fill in only where the error has none. A copy
+    when anything changes: errors are immutable once raised.
+    """
     changes = dict(fields)
     if error.request_id is None:
         changes["request_id"] = request_id
