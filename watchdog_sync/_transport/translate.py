@@ -36,17 +36,6 @@ StatusWording = Callable[[int, str, str, Sequence[str]], str]
 #: requests wraps urllib3's and the socket's errors in its own. (A ``UnicodeEncodeError``
 #: for a header value, say, is the caller's mistake and is not translated.)
 REQUESTS_ERRORS: Tuple[Type[BaseException], ...] = (requests.RequestException,)
-#: What reading a body from http.client directly raises (as the SSE reader does):
-#: ``OSError`` (reset, timed out), ``HTTPException`` (``IncompleteRead``) and
-#: ``ValueError`` (a chunk-size line that is not hex). Only for raw reads: our own
-#: ``DeadlineExceeded`` is an ``OSError`` too, and a raw read never raises it.
-RAW_READ_ERRORS: Tuple[Type[BaseException], ...] = (
-    OSError,
-    http.client.HTTPException,
-    urllib3.exceptions.HTTPError,
-    requests.RequestException,
-    ValueError,
-)
 
 
 def _plain_wording(status: int, phrase: str, body: str, secrets: Sequence[str]) -> str:
@@ -160,3 +149,9 @@ _TABLE: Tuple[
     (OSError, _transport),  # socket and ssl: reset, refused, timed out, certificate
     (ValueError, _transport),  # http.client: a chunk-size line that is not hex
 )
+
+#: What reading a body from http.client directly raises (as the SSE reader does): every
+#: type the table knows. ``OSError`` (reset, timed out), ``HTTPException``
+#: (``IncompleteRead``), ``ValueError`` (a chunk-size line that is not hex). For raw reads
+#: only: our own ``DeadlineExceeded`` is an ``OSError`` too (a raw read never raises it).
+RAW_READ_ERRORS: Tuple[Type[BaseException], ...] = tuple(kind for kind, _ in _TABLE)
