@@ -103,6 +103,8 @@ def test_the_chat_layer_raises_a_copy_with_its_fields_and_leaves_the_raised_erro
     assert (shared.request_id, shared.attempt) == (None, None)
     assert caught.value.__cause__ is cause
     assert (str(caught.value), caught.value.transport_code) == ("reset", "ECONNRESET")
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert (copy.request_id, copy.transport_code) == (caught.value.request_id, "ECONNRESET")
 
 
 @pytest.mark.parametrize("method", ["complete", "stream"])
