@@ -15,7 +15,7 @@ import requests
 from .._core.errors import StreamProtocolError
 from .._core.redact import excerpt
 from .._transport.json_object import json_object
-from .._transport.redirect import is_redirect, refused_redirect
+from .._transport.redirect import is_redirect
 from .._transport.sse import DEFAULT_MAX_EVENT_BYTES
 from .._transport.translate import REQUESTS_ERRORS, Translator
 from .call import ChatCall
@@ -53,7 +53,7 @@ def complete_once(call: ChatCall) -> Dict[str, Any]:
     try:
         status = response.status_code
         if is_redirect(response):
-            raise refused_redirect(response, "POST", call.secrets, **errors.fields())
+            raise errors.redirect_error(response, "POST")
         if not 200 <= status < 300:
             text = _read(response, _ERROR_BODY_BYTES, errors, partial=True)
             body = _text(text)

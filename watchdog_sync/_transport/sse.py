@@ -34,7 +34,7 @@ from .._core.scope import current_budget, using_budget
 from .body import body_pieces
 from .framing import EventFramer
 from .http import Session
-from .redirect import FOLLOWED_METHODS, is_redirect, refused_redirect
+from .redirect import FOLLOWED_METHODS, is_redirect
 from .stream import GuardedStream, StreamStats, guard_stream
 from .translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
 
@@ -293,9 +293,7 @@ def _open(
 def _check_response(response: requests.Response, method: str, translator: Translator) -> None:
     status = response.status_code
     if is_redirect(response):
-        raise refused_redirect(
-            response, str(method).upper(), translator.secrets, **translator.fields()
-        )
+        raise translator.redirect_error(response, str(method).upper())
     if not 200 <= status < 300:
         body = _read_error_body(response)
         raise translator.status_error(status, response.reason or "", body, response.headers)

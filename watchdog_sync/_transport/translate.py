@@ -7,7 +7,8 @@ matches wins, as in httpx's ``map_httpcore_exceptions``), written
 ``raise translator.error(exc) from exc`` so the foreign error stays the ``__cause__``.
 A non-2xx answer becomes an :class:`HTTPStatusError` built once, with its reason and
 retryable from the status table (``_core/status.py``) and its message worded by the
-layer that owns the call (:class:`Translator` ``wording``).
+layer that owns the call (:class:`Translator` ``wording``); so does a redirect that is
+not followed (``redirect.py``).
 
 ``Session`` is not behind this boundary: it stays a drop-in ``requests.Session`` and
 raises requests' own types.
@@ -26,6 +27,7 @@ from .._core.errors import HTTPStatusError, StreamProtocolError, TransportError,
 from .._core.redact import excerpt, scrub_exception
 from .._core.status import status_verdict
 from .._retry.classify import classify, parse_retry_after, transport_advice
+from .redirect import refused_redirect
 
 __all__ = ["RAW_READ_ERRORS", "REQUESTS_ERRORS", "StatusWording", "Translator", "http_status_error"]
 
@@ -80,6 +82,10 @@ class Translator:
             secrets=self.secrets,
             **self.fields(),
         )
+
+    def redirect_error(self, response: requests.Response, method: str) -> HTTPStatusError:
+        """The :class:`HTTPStatusError` for a redirect of ``method`` that is not followed."""
+        return refused_redirect(response, method, self.secrets, **self.fields())
 
     def fields(self) -> Dict[str, Any]:
         """The call's fields for errors built elsewhere on its behalf."""
