@@ -10,6 +10,7 @@ from watchdog_sync._cli.probe import suggest_idle_timeout
 from watchdog_sync._core import config as config_module
 from watchdog_sync._core.config import env_int, env_seconds
 from watchdog_sync._core.durations import validate_duration
+from watchdog_sync._core.errors import with_fields
 from watchdog_sync._core.events import context_with_fields, emit, event_fields
 from watchdog_sync._core.redact import excerpt
 from watchdog_sync._core.scope import entry_scope
@@ -46,4 +47,5 @@ __all__ = [
     "sample_preload_module",
     "suggest_idle_timeout",
     "validate_duration",
+    "with_fields",
 ]

@@ -11,6 +11,8 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .internals import with_fields
+
 pytestmark = pytest.mark.timeout(10)
 
 EXAMPLES = [
@@ -126,3 +128,25 @@ def test_a_status_error_is_built_once_at_the_boundary_with_the_calls_fields(
     (seen,) = fault_gateway.requests_seen(base)
     assert error.request_id == seen.request_id
     assert str(error).startswith("HTTP 401: Incorrect API key provided")
+
+
+def test_with_fields_copies_only_on_a_change_and_refuses_unknown_fields() -> None:
+    """The copy keeps message, cause and traceback; the same fields give the same error."""
+    try:
+        try:
+            raise ConnectionResetError(errno.ECONNRESET, "reset")
+        except ConnectionResetError as cause:
+            raise ws.TransportError("reset", transport_code="ECONNRESET") from cause
+    except ws.TransportError as raised:
+        original = raised
+    assert with_fields(original, transport_code="ECONNRESET") is original
+    copy = with_fields(original, retryable=False, request_id="r1")
+    assert (copy.retryable, copy.request_id, original.retryable, original.request_id) == (
+        False,
+        "r1",
+        True,
+        None,
+    )
+    assert copy.__cause__ is original.__cause__ and copy.__traceback__ is original.__traceback__
+    with pytest.raises(TypeError, match="no field 'chunks_received'"):
+        with_fields(original, chunks_received=1)
