@@ -3,7 +3,13 @@
 One absolute deadline shared by every stage (:class:`Budget`, :func:`deadline`),
 cancellation that ``except Exception`` cannot swallow (:class:`Cancelled`),
 and errors that say exactly what happened (:class:`WatchdogError`).
+
+``HTTPXTransport`` and ``httpx_client`` are resolved on first use, so that
+``import watchdog_sync`` imports neither httpx2 nor httpx.
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any, List
 
 from ._chat.client import ChatClient
 from ._chat.stream import ChatStream
@@ -32,6 +38,10 @@ from ._transport.sse import SSEStream, stream_sse
 from ._transport.stream import GuardedStream, StreamStats, guard_stream
 from ._version import __version__
 
+if TYPE_CHECKING:
+    from ._transport.httpx_client import httpx_client
+    from ._transport.httpx_transport import HTTPXTransport
+
 __all__ = [
     "Budget",
     "Cancelled",
@@ -42,6 +52,7 @@ __all__ = [
     "Event",
     "GuardedStream",
     "HTTPStatusError",
+    "HTTPXTransport",
     "OperationCancelled",
     "OperationTimeout",
     "RetryBudget",
@@ -63,8 +74,28 @@ __all__ = [
     "current_budget",
     "deadline",
     "guard_stream",
+    "httpx_client",
     "retry_call",
     "retrying",
     "run_sample",
     "stream_sse",
 ]
+
+# Names whose modules are imported on first use (their libraries are optional extras).
+_LAZY = {
+    "HTTPXTransport": "._transport.httpx_transport",
+    "httpx_client": "._transport.httpx_client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'watchdog_sync' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY))

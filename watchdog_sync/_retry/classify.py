@@ -2,8 +2,10 @@
 
 The order is the design's (DESIGN.md, "Classification, in order"); the first
 rule that matches wins. Foreign exceptions (requests, urllib3, socket,
-http.client) are read through ``__cause__`` / ``__context__`` chains and the
-wrappers' own fields, to a bounded depth.
+http.client, httpx / httpx2 and httpcore, the openai and anthropic SDKs) are
+read through ``__cause__`` / ``__context__`` chains and the wrappers' own
+fields (``response.status_code``, ``response.headers``, ``body``), to a
+bounded depth, without importing those libraries (``foreign.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import datetime
 import email.utils
 import errno
 import http.client
+import json
 import math
 import re
 import socket
@@ -31,6 +34,7 @@ from .._core.errors import (
     WatchdogError,
 )
 from .._core.status import RETRYABLE_STATUS, status_verdict
+from .foreign import is_foreign, is_foreign_transport, name_code, provider_status
 
 __all__ = ["Classification", "classify", "parse_retry_after", "transport_advice"]
 
@@ -77,29 +81,12 @@ _TYPE_CODES: Tuple[Tuple[type, str], ...] = (
     (http.client.RemoteDisconnected, "EREMOTECLOSED"),
     (http.client.IncompleteRead, "EINCOMPLETE"),
 )
-# Foreign wrappers recognised by name, so requests/urllib3 versions differ harmlessly.
-_NAME_CODES = {
-    "ReadTimeout": "ETIMEDOUT",
-    "ReadTimeoutError": "ETIMEDOUT",
-    "ConnectTimeout": "ETIMEDOUT",
-    "ConnectTimeoutError": "ETIMEDOUT",
-    "Timeout": "ETIMEDOUT",
-    "TimeoutError": "ETIMEDOUT",
-    "NameResolutionError": "EAI_FAIL",
-    "NewConnectionError": "ECONNREFUSED",
-    "ChunkedEncodingError": "EINCOMPLETE",
-    "IncompleteRead": "EINCOMPLETE",
-    "ProtocolError": "EPROTO",
-    "InvalidChunkLength": "EINCOMPLETE",
-    "RemoteDisconnected": "EREMOTECLOSED",
-    "ConnectionError": "ECONNERROR",
-    "SSLError": "ETLS",
-}
 # Foreign failures that retrying cannot fix, by name as above: (transport_code, reason).
 _PERMANENT_NAMES = {
     "TooManyRedirects": ("EREDIRECTS", "too_many_redirects"),
     "ContentDecodingError": ("EDECODE", "content_decoding"),
     "DecodeError": ("EDECODE", "content_decoding"),
+    "DecodingError": ("EDECODE", "content_decoding"),  # httpx's
 }
 _PERMANENT_ADVICE = {
     "tls": "the server's TLS certificate was refused{detail}; check the host name in the "
@@ -131,7 +118,13 @@ def classify(exc: BaseException) -> Classification:
     definitive 4xx wins over a nested transport code) and transport errors
     found anywhere in the cause chain; 6. stream protocol errors; 7.
     programming errors; 8. anything else: not retryable.
+
+    A foreign error raised ``from`` one of ours (an SDK's ``APIConnectionError``
+    wrapping a :class:`DeadlineExceeded`, say) is classified as ours.
     """
+    own = _wrapped_own(exc)
+    if own is not None:
+        return classify(own)
     if isinstance(exc, (Cancelled, OperationCancelled, KeyboardInterrupt, SystemExit)):
         return Classification("cancelled", "cancelled", False)
     if isinstance(exc, DeadlineExceeded):
@@ -158,6 +151,20 @@ def classify(exc: BaseException) -> Classification:
     if isinstance(exc, _PROGRAMMING):
         return Classification("programming", "programming_error", False)
     return Classification("unknown", "unknown", False)
+
+
+def _wrapped_own(exc: BaseException) -> Optional[BaseException]:
+    """Ours, when ``exc`` is a foreign error that wraps it (``raise ... from ours``)."""
+    if isinstance(exc, (WatchdogError, Cancelled)):
+        return None
+    node = exc.__cause__
+    for _ in range(_MAX_DEPTH):
+        if node is None:
+            return None
+        if isinstance(node, (WatchdogError, Cancelled)):
+            return node
+        node = node.__cause__
+    return None
 
 
 def _own(exc: WatchdogError) -> Classification:
@@ -208,10 +215,33 @@ def _find_status(exc: BaseException) -> Optional[Tuple[int, str, Mapping[str, st
             return node.status, node.body, retry_after
         response = _attr(node, "response")
         status = _attr(response, "status_code")
-        if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
+        if not _is_status(status) and is_foreign(node):
+            status = provider_status(_attr(node, "body")) or status
+        if _is_status(status):
             headers = _attr(response, "headers")
-            return status, _response_text(response), headers if isinstance(headers, Mapping) else {}
+            return (
+                status,
+                _status_text(node, response),
+                headers if isinstance(headers, Mapping) else {},
+            )
     return None
+
+
+def _is_status(status: Any) -> bool:
+    """An HTTP error status (``>= 400``)."""
+    return isinstance(status, int) and not isinstance(status, bool) and status >= 400
+
+
+def _status_text(node: BaseException, response: Any) -> str:
+    """The response's text, or the SDK error's parsed ``body`` (quota and context hints)."""
+    text = _response_text(response)
+    body = _attr(node, "body")
+    if not text and body is not None and is_foreign(node):
+        try:
+            text = body if isinstance(body, str) else json.dumps(body, default=str)
+        except (TypeError, ValueError):
+            text = ""
+    return text[:4096]
 
 
 def _response_text(response: Any) -> str:
@@ -239,9 +269,8 @@ def _find_transport(exc: BaseException) -> Optional[Tuple[str, str, bool]]:
         for kind, code in _TYPE_CODES:
             if isinstance(node, kind):
                 return code, "transport", True
-        name_code = _NAME_CODES.get(type(node).__name__)
-        if name_code is not None and fallback is None and _is_foreign_transport(node):
-            fallback = name_code
+        if fallback is None:
+            fallback = name_code(type(node))
     return None if fallback is None else (fallback, "transport", True)
 
 
@@ -250,14 +279,14 @@ def _permanent_failure(node: BaseException) -> Optional[Tuple[str, str]]:
     attempt cannot fix: the server, or its certificate, will answer the same again."""
     name = type(node).__name__
     if isinstance(node, ssl.SSLCertVerificationError) or (
-        name == "CertificateError" and _is_foreign_transport(node)  # urllib3 1.26's own
+        name == "CertificateError" and is_foreign_transport(node)  # urllib3 1.26's own
     ):
         return "ETLS", "tls"
     if isinstance(node, http.client.LineTooLong):
         return "ELINETOOLONG", "line_too_long"
     if type(node) is http.client.HTTPException and _text(node).startswith("got more than"):
         return "EHEADERS", "too_many_headers"  # http.client's limit on header lines (100)
-    if name in _PERMANENT_NAMES and _is_foreign_transport(node):
+    if name in _PERMANENT_NAMES and is_foreign_transport(node):
         return _PERMANENT_NAMES[name]
     return None
 
@@ -279,7 +308,7 @@ def _cert_problem(node: BaseException) -> str:
     if isinstance(node, ssl.SSLError):
         message = _attr(node, "verify_message")
         return message if isinstance(message, str) else ""
-    if type(node).__name__ == "CertificateError" and _is_foreign_transport(node):
+    if type(node).__name__ == "CertificateError" and is_foreign_transport(node):
         return _text(node)
     return ""
 
@@ -297,11 +326,6 @@ def _text(exc: BaseException) -> str:
         return str(exc)
     except Exception:  # an exception whose __str__ raises
         return ""
-
-
-def _is_foreign_transport(node: BaseException) -> bool:
-    module = type(node).__module__ or ""
-    return module.startswith(("requests", "urllib3", "http.client", "ssl"))
 
 
 def parse_retry_after(headers: Optional[Mapping[str, str]]) -> Optional[float]:

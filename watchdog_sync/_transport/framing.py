@@ -40,6 +40,11 @@ class EventFramer:
         self._at_start = True
         self._failure: Optional[StreamProtocolError] = None
 
+    @property
+    def limit(self) -> int:
+        """The largest event accepted, in bytes."""
+        return self._max
+
     def feed(self, chunk: bytes) -> List[bytes]:
         """Add raw bytes; return the events they complete (each ends with ``b"\\n\\n"``).
 

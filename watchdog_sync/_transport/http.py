@@ -44,7 +44,7 @@ from .redirect import same_origin, strip_credentials
 from .resolve import is_ip_literal, resolve_bounded
 from .tunnel import TunnelView
 
-__all__ = ["Session"]
+__all__ = ["Session", "shutdown_socket"]
 
 _GUARD_ATTR = "_watchdog_sync_guard"
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
@@ -91,7 +91,7 @@ class _ConnectionGuard:
         if sock is not None:
             self._sockets[id(conn)] = sock
             if self.fired:
-                _shutdown(sock)
+                shutdown_socket(sock)
 
     def detach(self, conn: Any) -> bool:
         """Forget ``conn`` (going back to the pool); True when it was shut and must be dropped."""
@@ -132,10 +132,10 @@ class _ConnectionGuard:
         with self._lock:
             self.fired = True
             for sock in self._sockets.values():
-                _shutdown(sock)
+                shutdown_socket(sock)
 
 
-def _shutdown(sock: Any) -> None:
+def shutdown_socket(sock: Any) -> None:
     """Shut a (plain or TLS) socket down so a blocked read in another thread wakes.
 
     The connection is abandoned: its close() will also reset it (SO_LINGER 0), so a server

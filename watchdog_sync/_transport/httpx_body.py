@@ -1,0 +1,163 @@
+"""The response bodies HTTPXTransport hands to httpx: bounded by the budget, or guarded events.
+
+Both hold the request's budget registration until httpx (or the SDK) closes
+the response, and let it go then, before the connection can go back to the
+pool: a socket that is back in the pool is never shut.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any, Callable, Iterator, Optional
+
+from .._core.budget import Budget, _noop
+from .._core.errors import Cancelled
+from .._core.scope import boundary, error_for, owns
+from .http import shutdown_socket
+from .stream import GuardedStream
+
+__all__ = ["BoundedBody", "EventBody", "Shutter", "socket_of"]
+
+_HTTP1 = (b"HTTP/1.1", b"HTTP/1.0")
+
+
+def socket_of(response: Any) -> Optional[socket.socket]:
+    """The socket under an HTTP/1.x response (``None`` for HTTP/2 or an unknown stream).
+
+    One HTTP/2 socket carries many streams; shutting it would end every one of
+    them, so HTTP/2 responses are never shut from outside.
+    """
+    extensions = getattr(response, "extensions", None) or {}
+    if extensions.get("http_version") not in _HTTP1:
+        return None
+    get_extra_info = getattr(extensions.get("network_stream"), "get_extra_info", None)
+    sock = get_extra_info("socket") if callable(get_extra_info) else None
+    return sock if isinstance(sock, socket.socket) else None
+
+
+class Shutter:
+    """One response's socket, shut from outside when the budget ends or the stream stops.
+
+    ``release()`` (the response is closed) forgets the socket first, so a
+    shutdown can never reach it once its connection may be back in the pool.
+    """
+
+    __slots__ = ("_lock", "_sock", "_unregister", "fired")
+
+    def __init__(self, budget: Budget, sock: Optional[socket.socket]) -> None:
+        self._lock = threading.Lock()
+        self._sock = sock
+        self.fired = False
+        self._unregister: Callable[[], None] = _noop
+        if sock is not None:
+            self._unregister = budget.on_done(self._on_end)
+
+    def _on_end(self, budget: Budget) -> None:
+        self.shut()
+
+    def shut(self) -> None:
+        """Shut the socket now (``SHUT_RDWR`` wakes a read blocked in another thread)."""
+        with self._lock:
+            if self._sock is None:
+                return
+            self.fired = True
+            shutdown_socket(self._sock)
+
+    def release(self) -> None:
+        with self._lock:
+            self._sock = None
+            unregister, self._unregister = self._unregister, _noop
+        unregister()
+
+
+class BoundedBody:
+    """A body read in the caller's thread; an error caused by the budget's end says so.
+
+    On an HTTP/2 response (nothing to shut) the budget is checked before each
+    piece, so a body that keeps dripping ends at its first piece past the deadline.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        shutter: Shutter,
+        budget: Budget,
+        owner: Budget,
+        release: Callable[[], None],
+        *,
+        check_each: bool,
+    ) -> None:
+        self._inner = inner
+        self._shutter = shutter
+        self._budget = budget
+        self._owner = owner
+        self._release = release
+        self._check_each = check_each
+
+    def __iter__(self) -> Iterator[bytes]:
+        budget = self._budget
+        check_each = self._check_each
+        try:
+            for piece in self._inner:
+                if check_each and budget.ended:
+                    break
+                yield piece
+        except Exception:
+            if self._shutter.fired or budget.ended:
+                self._raise_end()
+            raise
+        if self._shutter.fired or (check_each and budget.ended):
+            self._raise_end()  # an EOF that our own shutdown caused is no clean end
+
+    def _raise_end(self) -> None:
+        with boundary(self._budget, self._owner):
+            self._budget.check()
+
+    def close(self) -> None:
+        self._shutter.release()
+        release, self._release = self._release, _noop
+        try:
+            self._inner.close()
+        finally:
+            release()
+
+
+class EventBody:
+    """A guarded event stream's body: the first event (already read), then the rest.
+
+    The events come from the guarded stream's reader thread; the budget's end
+    raises ``Cancelled`` for an enclosing scope, or the public error when the
+    transport's own ``budget=`` owns it.
+    """
+
+    def __init__(
+        self,
+        head: Optional[bytes],
+        items: Iterator[bytes],
+        guarded: GuardedStream[bytes],
+        owner: Budget,
+        release: Callable[[], None],
+    ) -> None:
+        self._head = head
+        self._items = items
+        self._guarded = guarded
+        self._owner = owner
+        self._release = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        head, self._head = self._head, None
+        if head is not None:
+            yield head
+        try:
+            yield from self._items
+        except Cancelled as exc:
+            if owns(self._owner, exc):
+                raise error_for(exc) from None
+            raise
+
+    def close(self) -> None:
+        """Stop the stream: the reader thread ends and lets the connection go."""
+        self._guarded.close()
+        release, self._release = self._release, _noop
+        release()

@@ -1,0 +1,378 @@
+"""HTTPXTransport: an httpx2 (or httpx) transport whose every request is bounded by the budget.
+
+It wraps another transport (by default the library's own ``HTTPTransport``)
+and, for each request:
+
+* clips the request's timeouts (connect and TLS, write, pool, every read) to
+  the budget's remaining time;
+* registers the response's socket (HTTP/1.x) with the budget while the
+  response is open, so the budget's end shuts it from outside
+  (``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
+  thread does not); closing the response lets it go before the connection
+  can return to the pool;
+* guards a ``text/event-stream`` body like :func:`stream_sse`: a reader thread
+  frames it into events, data events are activity (comments and ``ping``
+  events are not), a first-event and an idle limit, an event size cap, and a
+  stream that ends without its terminal event raises
+  ``StreamProtocolError('no_finish_reason')``;
+* sends a streaming request again (at most twice, within the budget) when the
+  stream stays silent before its first event, so the caller gets one good stream.
+
+The budget's end raises ``Cancelled`` inside a ``deadline()`` scope (which the
+SDKs' ``except Exception`` retry loops cannot swallow; the scope converts it);
+with ``budget=`` and no scope it raises :class:`DeadlineExceeded` /
+:class:`OperationCancelled` itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+from .._core import events as _events
+from .._core.budget import Budget
+from .._core.config import DEFAULT_IDLE_TIMEOUT, ENV_IDLE_TIMEOUT, env_seconds
+from .._core.durations import Duration
+from .._core.errors import StreamIdleTimeout
+from .._core.scope import boundary, joined_budget, using_budget
+from .framing import EventFramer
+from .httpx_body import BoundedBody, EventBody, Shutter, socket_of
+from .httpx_sse import EventWatch, event_source
+from .sse import DEFAULT_MAX_EVENT_BYTES
+from .stream import _limit, guard_stream
+
+if TYPE_CHECKING:
+    from typing import Callable
+
+    import httpx2
+
+    _Base = httpx2.BaseTransport
+else:
+    _Base = object
+
+__all__ = ["HTTPXTransport", "default_library", "library_of"]
+
+_log = logging.getLogger("watchdog_sync")
+_UNSET: Any = object()
+_MAX_SENDS = 3  # a stream silent before its first event is sent at most twice more
+_TIMEOUT_KEYS = ("connect", "read", "write", "pool")
+_FLOOR = 0.001  # a timeout of 0 would mean non-blocking to the socket layer
+_STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
+_CONCRETE: Dict[str, type] = {}
+_CONCRETE_LOCK = threading.Lock()
+
+
+def default_library() -> Any:
+    """``httpx2`` if it is installed, else ``httpx``; ImportError naming the extra otherwise."""
+    for name in ("httpx2", "httpx"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError(
+        "watchdog_sync's HTTPXTransport and httpx_client() need httpx2 (or httpx): "
+        "pip install 'watchdog-sync[httpx]'"
+    )
+
+
+def library_of(transport: object) -> Any:
+    """The library (``httpx2`` or ``httpx``) whose ``BaseTransport`` ``transport`` is.
+
+    Only libraries already imported are looked at: a transport's library is.
+    """
+    for name in ("httpx2", "httpx"):
+        lib = sys.modules.get(name)
+        if lib is not None and isinstance(transport, lib.BaseTransport):
+            return lib
+    raise TypeError(
+        "transport must be an httpx2 or httpx transport (a BaseTransport such as "
+        f"HTTPTransport()), not {type(transport).__name__}"
+    )
+
+
+class HTTPXTransport(_Base):
+    """An httpx2 (or httpx) transport whose every request is bounded by a budget.
+
+    Args:
+        transport: the transport to wrap (an ``httpx2`` or ``httpx``
+            ``BaseTransport``); by default ``httpx2.HTTPTransport()`` (or
+            ``httpx.HTTPTransport()`` when only httpx is installed). The
+            instance is a ``BaseTransport`` of the same library.
+        idle_timeout: the longest gap between data events of a
+            ``text/event-stream`` body; ``None`` or ``<= 0`` disables it.
+            Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s.
+        first_event_timeout: the longest wait from sending a streaming request
+            to its first data event, response headers included (default:
+            ``idle_timeout``). A stream silent that long is sent again (at most
+            twice, within the budget) when nothing was delivered yet.
+        budget: a budget every request runs under, with the current
+            ``deadline()`` scope's (the tighter wins).
+        max_event_bytes: the largest event accepted (default 8 MiB).
+
+    On timeout or cancel: inside a ``deadline()`` scope a request (or a body
+    read) raises ``Cancelled`` when the budget ends, and the scope turns it
+    into :class:`DeadlineExceeded` / :class:`OperationCancelled`; with
+    ``budget=`` and no scope the request raises those itself. A silent event
+    stream raises :class:`StreamIdleTimeout`; an event over the cap
+    ``StreamProtocolError('event_too_large')``; a stream cut before its
+    terminal event ``StreamProtocolError('no_finish_reason')``; an Anthropic
+    ``error`` event an :class:`HTTPStatusError` (``overloaded_error``: 529).
+    Transport failures keep httpx's own exception types.
+
+    Example::
+
+        client = httpx2.Client(transport=watchdog_sync.HTTPXTransport(idle_timeout=30))
+        with watchdog_sync.deadline(60):
+            client.get("https://example.org/")
+    """
+
+    _lib: Any = None
+    _event_body: type = EventBody
+    _bounded_body: type = BoundedBody
+
+    def __new__(cls, transport: Any = None, **options: Any) -> HTTPXTransport:
+        if cls is HTTPXTransport:
+            lib = default_library() if transport is None else library_of(transport)
+            cls = _concrete(lib)
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        transport: Any = None,
+        *,
+        idle_timeout: Optional[Duration] = _UNSET,
+        first_event_timeout: Optional[Duration] = None,
+        budget: Optional[Budget] = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        lib = self._lib
+        if transport is None:
+            transport = lib.HTTPTransport()
+        elif not isinstance(transport, lib.BaseTransport):
+            raise TypeError(
+                f"transport must be a {lib.__name__}.BaseTransport, not {type(transport).__name__}"
+            )
+        if idle_timeout is _UNSET:
+            idle_timeout = env_seconds(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
+        if budget is not None and not isinstance(budget, Budget):
+            raise TypeError(
+                f"budget must be a watchdog_sync.Budget or None, not {type(budget).__name__}"
+            )
+        EventFramer(max_event_bytes)  # the framer checks the value and names the parameter
+        self._transport = transport
+        self._idle = _limit(idle_timeout, "idle_timeout")
+        self._first = (
+            self._idle
+            if first_event_timeout is None
+            else _limit(first_event_timeout, "first_event_timeout")
+        )
+        self._budget = budget
+        self._max_event_bytes = max_event_bytes
+
+    def __repr__(self) -> str:
+        return (
+            f"<watchdog_sync.HTTPXTransport around {self._transport!r} idle_timeout={self._idle} "
+            f"first_event_timeout={self._first} budget={self._budget!r}>"
+        )
+
+    @property
+    def transport(self) -> Any:
+        """The wrapped transport."""
+        return self._transport
+
+    def __enter__(self) -> HTTPXTransport:
+        self._transport.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._transport.__exit__(*exc_info)
+
+    def close(self) -> None:
+        """Close the wrapped transport (its connection pool)."""
+        self._transport.close()
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send ``request`` through the wrapped transport, bounded by the budget.
+
+        Raises ``Cancelled`` (in a scope) or :class:`DeadlineExceeded` /
+        :class:`OperationCancelled` (``budget=``) when the budget ends; the
+        wrapped transport's own errors otherwise.
+        """
+        budget, owner, release = joined_budget(self._budget, stage="http")
+        try:
+            with boundary(budget, owner):
+                budget.check()
+                return self._send(request, budget, owner, release)
+        except BaseException:
+            release()
+            raise
+
+    def _send(
+        self, request: Any, budget: Budget, owner: Budget, release: Callable[[], None]
+    ) -> Any:
+        timeouts = _clipped(request.extensions.get("timeout"), budget.remaining())
+        # A stream silent before its first event is sent again: only with a body in memory.
+        streaming = self._first is not None and _asks_for_stream(request)
+        replayable = streaming and _body_in_memory(request) is not None
+        send = 0
+        while True:
+            send += 1
+            started = time.monotonic()
+            live = dict(timeouts)
+            first_bound = streaming and _shorter(self._first, live.get("read"))
+            if first_bound:
+                live["read"] = self._first  # the headers are part of the first-event wait
+            request.extensions["timeout"] = live  # httpcore reads this dict at each phase
+            try:
+                response = self._transport.handle_request(request)
+            except Exception as exc:
+                if budget.ended:
+                    budget.check()  # the budget's end caused it: say so
+                if first_bound and _is_read_timeout(exc) and replayable and _may_resend(send, budget):
+                    _resent(send, "no response headers", budget)
+                    continue
+                raise
+            live["read"] = timeouts.get("read")  # body reads: the caller's read timeout
+            if not _is_event_stream(response):
+                return self._bounded(response, budget, owner, release)
+            try:
+                return self._guarded(response, budget, owner, release, started)
+            except StreamIdleTimeout as exc:
+                if exc.chunks_received or not (replayable and _may_resend(send, budget)):
+                    raise
+                _resent(send, "no first event", budget)
+
+    def _bounded(
+        self, response: Any, budget: Budget, owner: Budget, release: Callable[[], None]
+    ) -> Any:
+        sock = socket_of(response)
+        shutter = Shutter(budget, sock)
+        response.stream = self._bounded_body(
+            response.stream, shutter, budget, owner, release, check_each=sock is None
+        )
+        return response
+
+    def _guarded(
+        self,
+        response: Any,
+        budget: Budget,
+        owner: Budget,
+        release: Callable[[], None],
+        started: float,
+    ) -> Any:
+        inner = response.stream
+        pieces = iter(inner)
+        shutter = Shutter(budget, socket_of(response))
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
+
+        def let_go() -> None:  # in the reader thread, when the source ends
+            shutter.release()
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()
+            inner.close()
+
+        first = None
+        if self._first is not None:
+            first = max(_FLOOR, self._first - (time.monotonic() - started))
+        with using_budget(budget):
+            guarded = guard_stream(
+                event_source(pieces, framer, EventWatch(), let_go),
+                idle_timeout=self._idle,
+                first_item_timeout=first,
+                on_timeout=shutter.shut,
+            )
+        items = iter(guarded)
+        try:
+            head = next(items, None)
+        except BaseException:
+            guarded.close()
+            raise
+        response.stream = self._event_body(head, items, guarded, owner, release)
+        return response
+
+
+def _concrete(lib: Any) -> type:
+    """HTTPXTransport with ``lib.BaseTransport`` as a base (and bodies that are its streams)."""
+    with _CONCRETE_LOCK:
+        cls = _CONCRETE.get(lib.__name__)
+        if cls is None:
+            namespace = {
+                "__module__": HTTPXTransport.__module__,
+                "__qualname__": HTTPXTransport.__qualname__,
+                "__doc__": HTTPXTransport.__doc__,
+                "_lib": lib,
+                "_event_body": type("EventBody", (EventBody, lib.SyncByteStream), {}),
+                "_bounded_body": type("BoundedBody", (BoundedBody, lib.SyncByteStream), {}),
+            }
+            cls = type("HTTPXTransport", (HTTPXTransport, lib.BaseTransport), namespace)
+            _CONCRETE[lib.__name__] = cls
+        return cls
+
+
+def _clipped(timeouts: Any, remaining: float) -> Dict[str, Optional[float]]:
+    """httpx's timeout extension with every phase capped at ``remaining`` seconds."""
+    given = timeouts if isinstance(timeouts, dict) else {}
+    clipped: Dict[str, Optional[float]] = {}
+    for key in _TIMEOUT_KEYS:
+        value = given.get(key)
+        if remaining != float("inf"):
+            value = remaining if value is None else min(float(value), remaining)
+            value = max(_FLOOR, value)
+        clipped[key] = value
+    return clipped
+
+
+def _shorter(limit: Optional[float], read: Optional[float]) -> bool:
+    return limit is not None and (read is None or limit < read)
+
+
+def _may_resend(send: int, budget: Budget) -> bool:
+    return send < _MAX_SENDS and budget.remaining() > 0
+
+
+def _body_in_memory(request: Any) -> Optional[bytes]:
+    """The request body when httpx holds it in memory (a streamed upload stays unread)."""
+    try:
+        body = request.content
+    except Exception:  # httpx's RequestNotRead: the body is a stream
+        return None
+    return body if isinstance(body, bytes) else None
+
+
+def _asks_for_stream(request: Any) -> bool:
+    """True for a request that asks for an event stream (``Accept`` or ``"stream": true``)."""
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return True
+    body = _body_in_memory(request)
+    return body is not None and _STREAM_FLAG.search(body) is not None
+
+
+def _is_event_stream(response: Any) -> bool:
+    content_type = response.headers.get("content-type", "")
+    return 200 <= response.status_code < 300 and content_type.lower().startswith(
+        "text/event-stream"
+    )
+
+
+def _is_read_timeout(exc: BaseException) -> bool:
+    return any(klass.__name__ == "ReadTimeout" for klass in type(exc).__mro__)
+
+
+def _resent(send: int, why: str, budget: Budget) -> None:
+    _log.info("watchdog_sync: %s before the first event; sending the request again", why)
+    _events.emit(
+        _events.Event(
+            "attempt_failed",
+            stage="http",
+            reason="first_event_timeout",
+            attempt=send,
+            remaining_ms=None if budget.deadline is None else budget.remaining() * 1000.0,
+        )
+    )
