@@ -21,12 +21,14 @@ from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._transport.body import body_pieces
 from watchdog_sync._transport.framing import EventFramer
 from watchdog_sync._transport.http import _GUARD_ATTR, _ConnectionGuard, clip_timeout
+from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
 from watchdog_sync._transport.sse import _chunks, _FramedSSEClient
 
 __all__ = [
     "SCENARIOS",
     "_GUARD_ATTR",
     "EventFramer",
+    "EventWatch",
     "_ConnectionGuard",
     "_FramedSSEClient",
     "_Loop",
@@ -45,6 +47,7 @@ __all__ = [
     "parse_retry_after",
     "run_demo",
     "sample_preload_module",
+    "stream_error",
     "suggest_idle_timeout",
     "validate_duration",
     "with_fields",

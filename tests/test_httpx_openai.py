@@ -98,9 +98,8 @@ def test_the_deadline_holds_when_the_server_hangs(
     base = fault_gateway.base_url(scenario, **options)
     client = sdk(base, idle_timeout=30)
     started = time.monotonic()
-    with pytest.raises(ws.DeadlineExceeded):
-        with ws.deadline(DEADLINE):
-            stream_text(client, [])
+    with pytest.raises(ws.DeadlineExceeded), ws.deadline(DEADLINE):
+        stream_text(client, [])
     assert time.monotonic() - started <= DEADLINE + SLACK
     assert wait_for(lambda: all_disconnected(fault_gateway, base))
 
@@ -111,9 +110,8 @@ def test_silence_after_200_ends_at_the_first_event_limit(
     """Each send waits first_event_timeout; after the third the caller gets our error."""
     base = fault_gateway.base_url("silent_after_200")
     started = time.monotonic()
-    with pytest.raises(ws.StreamIdleTimeout) as info:
-        with ws.deadline(10):
-            stream_text(sdk(base), [])
+    with pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
+        stream_text(sdk(base), [])
     assert time.monotonic() - started <= 3 * IDLE + SLACK
     assert info.value.chunks_received == 0
     assert len(fault_gateway.requests_seen(base)) == 3
@@ -127,18 +125,15 @@ def test_a_stall_after_chunks_ends_at_the_idle_limit(
     base = fault_gateway.base_url("stall_after_chunks")
     parts: List[str] = []
     started = time.monotonic()
-    with pytest.raises(ws.StreamIdleTimeout) as info:
-        with ws.deadline(10):
-            stream_text(sdk(base), parts)
+    with pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
+        stream_text(sdk(base), parts)
     assert time.monotonic() - started <= IDLE + SLACK + 0.1  # + the 2 chunks' 20 ms
     assert parts and info.value.chunks_received >= 2
     assert len(fault_gateway.requests_seen(base)) == 1
     assert wait_for(lambda: all_disconnected(fault_gateway, base))
 
 
-def test_silent_then_ok_recovers_in_one_sdk_call(
-    fault_gateway: FaultGateway, sdk: MakeSDK
-) -> None:
+def test_silent_then_ok_recovers_in_one_sdk_call(fault_gateway: FaultGateway, sdk: MakeSDK) -> None:
     """The seed incident: the silent first stream is sent again; the caller sees one stream."""
     base = fault_gateway.base_url("silent_then_ok")
     with ws.deadline(5):
@@ -151,9 +146,8 @@ def test_silent_then_ok_recovers_in_one_sdk_call(
 def test_a_huge_line_is_event_too_large(fault_gateway: FaultGateway, sdk: MakeSDK) -> None:
     """A 64 MiB line stops at the 8 MiB cap: StreamProtocolError('event_too_large')."""
     base = fault_gateway.base_url("huge_line")
-    with pytest.raises(ws.StreamProtocolError) as info:
-        with ws.deadline(10):
-            stream_text(sdk(base), [])
+    with pytest.raises(ws.StreamProtocolError) as info, ws.deadline(10):
+        stream_text(sdk(base), [])
     assert info.value.reason == "event_too_large"
     assert wait_for(lambda: all_disconnected(fault_gateway, base))
 
@@ -162,9 +156,8 @@ def test_a_cut_stream_raises_no_finish_reason(fault_gateway: FaultGateway, sdk: 
     """Five chunks, then a clean end without finish_reason or [DONE]: not a whole answer."""
     base = fault_gateway.base_url("no_finish_reason")
     parts: List[str] = []
-    with pytest.raises(ws.StreamProtocolError) as info:
-        with ws.deadline(5):
-            stream_text(sdk(base), parts)
+    with pytest.raises(ws.StreamProtocolError) as info, ws.deadline(5):
+        stream_text(sdk(base), parts)
     assert info.value.reason == "no_finish_reason"
     assert info.value.chunks_received == 5 and not info.value.retryable
     assert "".join(parts) == TEXT
@@ -184,9 +177,8 @@ def test_a_4xx_is_not_retried(fault_gateway: FaultGateway, sdk: MakeSDK) -> None
     """retry_call around the SDK (max_retries=0) sends a 400 once and raises the SDK's error."""
     base = fault_gateway.base_url("http400")
     client = sdk(base)
-    with pytest.raises(openai.BadRequestError) as info:
-        with ws.deadline(5):
-            ws.retry_call(stream_text, client, [], policy=FAST)
+    with pytest.raises(openai.BadRequestError) as info, ws.deadline(5):
+        ws.retry_call(stream_text, client, [], policy=FAST)
     assert ws.classify(info.value).reason == "invalid_request"
     assert len(fault_gateway.requests_seen(base)) == 1
 

@@ -107,18 +107,16 @@ def test_the_deadline_holds_on_a_dripping_body(client: httpx2.Client) -> None:
     """A byte every 0.1 s never trips a read timeout; the socket is shut at the deadline."""
     with RawServer(slow_drip) as server:
         started = time.monotonic()
-        with pytest.raises(ws.DeadlineExceeded):
-            with ws.deadline(DEADLINE):
-                client.get(server.url, timeout=30)
+        with pytest.raises(ws.DeadlineExceeded), ws.deadline(DEADLINE):
+            client.get(server.url, timeout=30)
         assert time.monotonic() - started <= DEADLINE + SLACK
 
 
 def test_the_deadline_holds_while_waiting_for_headers(client: httpx2.Client) -> None:
     with RawServer(silent) as server:
         started = time.monotonic()
-        with pytest.raises(ws.DeadlineExceeded):
-            with ws.deadline(DEADLINE):
-                client.get(server.url, timeout=30)
+        with pytest.raises(ws.DeadlineExceeded), ws.deadline(DEADLINE):
+            client.get(server.url, timeout=30)
         assert time.monotonic() - started <= DEADLINE + SLACK
 
 
@@ -126,21 +124,20 @@ def test_cancel_wakes_a_blocked_body_read(client: httpx2.Client) -> None:
     """budget.cancel() from another thread ends a read that no timeout would end."""
     with RawServer(stall_in_body) as server:
         started = time.monotonic()
-        with pytest.raises(ws.OperationCancelled):
-            with ws.deadline(10) as budget:
-                ws.Budget(0.3).on_done(lambda _: budget.cancel())  # on the watchdog thread
-                client.get(server.url, timeout=30)
+        with pytest.raises(ws.OperationCancelled), ws.deadline(10) as budget:
+            ws.Budget(0.3).on_done(lambda _: budget.cancel())  # on the watchdog thread
+            client.get(server.url, timeout=30)
         assert time.monotonic() - started <= 0.3 + SLACK
 
 
 def test_budget_argument_is_the_boundary() -> None:
     """Without a scope, the transport's own budget raises DeadlineExceeded itself."""
-    with RawServer(slow_drip) as server:
-        with httpx2.Client(transport=ws.HTTPXTransport(budget=ws.Budget(DEADLINE))) as plain:
-            started = time.monotonic()
-            with pytest.raises(ws.DeadlineExceeded):
-                plain.get(server.url, timeout=30)
-            assert time.monotonic() - started <= DEADLINE + SLACK
+    plain = httpx2.Client(transport=ws.HTTPXTransport(budget=ws.Budget(DEADLINE)))
+    with RawServer(slow_drip) as server, plain:
+        started = time.monotonic()
+        with pytest.raises(ws.DeadlineExceeded):
+            plain.get(server.url, timeout=30)
+        assert time.monotonic() - started <= DEADLINE + SLACK
 
 
 def _local_port(response: Any) -> int:
@@ -165,14 +162,13 @@ def test_a_socket_back_in_the_pool_is_never_shut(client: httpx2.Client) -> None:
 
 def test_an_httpx_028_transport_is_wrapped_and_bounded() -> None:
     """httpx (not httpx2): HTTPXTransport around its transport is an httpx.BaseTransport."""
-    with RawServer(slow_drip) as server:
-        with ws.httpx_client(transport=httpx.HTTPTransport()) as legacy:
-            assert isinstance(legacy, httpx.Client)
-            started = time.monotonic()
-            with pytest.raises(ws.DeadlineExceeded):
-                with ws.deadline(DEADLINE):
-                    legacy.get(server.url, timeout=30)
-            assert time.monotonic() - started <= DEADLINE + SLACK
+    legacy = ws.httpx_client(transport=httpx.HTTPTransport())
+    with RawServer(slow_drip) as server, legacy:
+        assert isinstance(legacy, httpx.Client)
+        started = time.monotonic()
+        with pytest.raises(ws.DeadlineExceeded), ws.deadline(DEADLINE):
+            legacy.get(server.url, timeout=30)
+        assert time.monotonic() - started <= DEADLINE + SLACK
 
 
 def test_proxies_from_the_environment_keep_working(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,9 +190,8 @@ def test_proxies_from_the_environment_keep_working(monkeypatch: pytest.MonkeyPat
         with ws.httpx_client(idle_timeout=30) as proxied:
             assert proxied.get("http://upstream.invalid/ok").text == "ok"
             started = time.monotonic()
-            with pytest.raises(ws.DeadlineExceeded):
-                with ws.deadline(DEADLINE):
-                    proxied.get("http://upstream.invalid/drip", timeout=30)
+            with pytest.raises(ws.DeadlineExceeded), ws.deadline(DEADLINE):
+                proxied.get("http://upstream.invalid/drip", timeout=30)
             assert time.monotonic() - started <= DEADLINE + SLACK
     assert lines[0] == b"GET http://upstream.invalid/ok HTTP/1.1"
 

@@ -207,7 +207,8 @@ class HTTPXTransport(_Base):
         try:
             with boundary(budget, owner):
                 budget.check()
-                return self._send(request, budget, owner, release)
+                response: httpx2.Response = self._send(request, budget, owner, release)
+                return response
         except BaseException:
             release()
             raise
@@ -233,7 +234,12 @@ class HTTPXTransport(_Base):
             except Exception as exc:
                 if budget.ended:
                     budget.check()  # the budget's end caused it: say so
-                if first_bound and _is_read_timeout(exc) and replayable and _may_resend(send, budget):
+                if (
+                    first_bound
+                    and _is_read_timeout(exc)
+                    and replayable
+                    and _may_resend(send, budget)
+                ):
                     _resent(send, "no response headers", budget)
                     continue
                 raise
@@ -355,10 +361,9 @@ def _asks_for_stream(request: Any) -> bool:
 
 
 def _is_event_stream(response: Any) -> bool:
-    content_type = response.headers.get("content-type", "")
-    return 200 <= response.status_code < 300 and content_type.lower().startswith(
-        "text/event-stream"
-    )
+    content_type: str = response.headers.get("content-type", "")
+    status: int = response.status_code
+    return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
 
 
 def _is_read_timeout(exc: BaseException) -> bool:

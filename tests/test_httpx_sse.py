@@ -1,0 +1,185 @@
+"""Event streams through HTTPXTransport: only data events are activity, the first-event and
+idle limits are separate, the terminal event is required, error events are classified."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Iterator, List
+
+import httpx2
+import pytest
+
+import watchdog_sync as ws
+
+from .internals import EventWatch, stream_error
+from .rawserver import RawServer, end_body, read_request_head, send_body_piece, send_sse_head
+
+pytestmark = pytest.mark.timeout(30)
+
+SLACK = 0.3
+PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+STOP = b'event: message_stop\ndata: {"type": "message_stop"}\n\n'
+DELTA = (
+    b"event: content_block_delta\n"
+    b'data: {"type": "content_block_delta", "index": 0, "delta": {"text": "hi"}}\n\n'
+)
+CHUNK = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": null}]}\n\n'
+FINISH = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+OVERLOADED = (
+    b"event: error\n"
+    b'data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}\n\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("event", "activity"),
+    [
+        (CHUNK, True),
+        (DELTA, True),
+        (PING, False),
+        (b": keep-alive\n\n", False),
+        (b"event: foo\n\n", False),
+        (b"id: 3\ndata: x\n\n", True),
+    ],
+)
+def test_only_data_events_other_than_pings_are_activity(event: bytes, activity: bool) -> None:
+    assert EventWatch().note(event) is activity
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [CHUNK, FINISH],
+        [CHUNK, b"data: [DONE]\n\n"],
+        [DELTA, STOP],
+        [b"event: response.created\ndata: {}\n\n", b"event: response.completed\ndata: {}\n\n"],
+        [b"data: something else\n\n"],  # a format we do not know: it ends as the server ended it
+    ],
+)
+def test_a_stream_with_its_terminal_event_ends_cleanly(events: List[bytes]) -> None:
+    watch = EventWatch()
+    for event in events:
+        watch.note(event)
+    watch.end()
+
+
+@pytest.mark.parametrize(
+    "events", [[CHUNK, CHUNK], [DELTA], [b"event: response.created\ndata: {}\n\n"]]
+)
+def test_a_known_stream_cut_before_its_terminal_event_is_no_finish_reason(
+    events: List[bytes],
+) -> None:
+    watch = EventWatch()
+    for event in events:
+        watch.note(event)
+    with pytest.raises(ws.StreamProtocolError) as info:
+        watch.end()
+    assert info.value.reason == "no_finish_reason"
+    assert info.value.chunks_received == len(events)
+
+
+def test_an_overloaded_error_event_is_a_classified_529() -> None:
+    """Before any event: retryable 529 'overloaded'; after one, not retryable (no replay)."""
+    with pytest.raises(ws.HTTPStatusError) as info:
+        EventWatch().note(OVERLOADED)
+    verdict = ws.classify(info.value)
+    assert (info.value.status, verdict.reason, verdict.retryable) == (529, "overloaded", True)
+    late = stream_error(b'{"type": "error", "error": {"type": "overloaded_error"}}', 3)
+    assert isinstance(late, ws.HTTPStatusError) and not ws.classify(late).retryable
+    odd = stream_error(b"not json", 0)
+    assert isinstance(odd, ws.StreamProtocolError) and odd.reason == "stream_error"
+
+
+def sse_server(*pieces: bytes, gap: float = 0.0, then_wait: bool = False) -> RawServer:
+    """Each connection: SSE headers, the pieces (``gap`` apart), then end or hold."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        for piece in pieces:
+            send_body_piece(conn, piece)
+            if gap and stop.wait(gap):
+                return
+        if then_wait:
+            stop.wait(10)
+        else:
+            end_body(conn)
+
+    return RawServer(handler)
+
+
+@pytest.fixture
+def client() -> Iterator[httpx2.Client]:
+    with ws.httpx_client(idle_timeout=0.5) as made:
+        yield made
+
+
+def read_stream(client: httpx2.Client, url: str) -> bytes:
+    with client.stream("POST", url, json={"stream": True}) as response:
+        return b"".join(response.iter_bytes())
+
+
+def test_one_byte_reads_arrive_as_whole_events_with_comments_kept(client: httpx2.Client) -> None:
+    """Comments and pings reach the reader in front of the next data event, bytes unchanged."""
+    body = b": hello\n\n" + CHUNK + PING + FINISH + b"data: [DONE]\n\n"
+    with sse_server(*[body[i : i + 1] for i in range(len(body))]) as server, ws.deadline(10):
+        assert read_stream(client, server.url) == body
+
+
+def test_pings_do_not_keep_a_stream_alive(client: httpx2.Client) -> None:
+    """A ping every 0.1 s, never data: StreamIdleTimeout after each send's 0.5 s, 3 sends."""
+    with sse_server(*[PING] * 200, gap=0.1) as server:
+        started = time.monotonic()
+        with pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
+            read_stream(client, server.url)
+        assert time.monotonic() - started <= 3 * 0.5 + SLACK
+        assert info.value.chunks_received == 0
+        assert server.accepted == 3
+
+
+def test_pings_after_data_do_not_keep_a_stream_alive(client: httpx2.Client) -> None:
+    with sse_server(DELTA, *[PING] * 200, gap=0.1) as server:
+        started = time.monotonic()
+        with pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
+            read_stream(client, server.url)
+        assert time.monotonic() - started <= 0.5 + 0.1 + SLACK
+        assert info.value.chunks_received == 1
+        assert server.accepted == 1
+
+
+def test_a_short_first_event_limit_does_not_cut_the_gaps_after_it() -> None:
+    """first_event_timeout 0.3 s bounds headers and the first event only; gaps of 0.5 s pass."""
+    server = sse_server(CHUNK, CHUNK, CHUNK, FINISH, gap=0.5)
+    client = ws.httpx_client(idle_timeout=2, first_event_timeout=0.3)
+    with server, client, ws.deadline(10):
+        assert read_stream(client, server.url).count(b"data:") == 4
+    assert server.accepted == 1
+
+
+def test_an_overloaded_error_event_reaches_the_reader_as_our_error(client: httpx2.Client) -> None:
+    server = sse_server(DELTA, OVERLOADED)
+    with server, pytest.raises(ws.HTTPStatusError) as info, ws.deadline(10):
+        read_stream(client, server.url)
+    assert info.value.status == 529 and not info.value.retryable
+
+
+def test_an_anthropic_stream_cut_before_message_stop_is_no_finish_reason(
+    client: httpx2.Client,
+) -> None:
+    message_start = b'event: message_start\ndata: {"type": "message_start"}\n\n'
+    server = sse_server(message_start, DELTA)
+    with server, pytest.raises(ws.StreamProtocolError) as info, ws.deadline(10):
+        read_stream(client, server.url)
+    assert info.value.reason == "no_finish_reason"
+
+
+def test_a_stream_closed_early_lets_the_reader_thread_go(client: httpx2.Client) -> None:
+    """Leaving the stream after one event shuts it; the leak check sees no reader thread."""
+    with sse_server(CHUNK, gap=0.0, then_wait=True) as server:
+        stream = client.stream("POST", server.url, json={"stream": True})
+        with ws.deadline(10), stream as response:
+            first = next(response.iter_bytes())
+        assert json.loads(first[len(b"data: ") :])["choices"][0]["delta"]["content"] == "hi"
