@@ -128,7 +128,8 @@ class EventBody:
 
     The events come from the guarded stream's reader thread; the budget's end
     raises ``Cancelled`` for an enclosing scope, or the public error when the
-    transport's own ``budget=`` owns it.
+    transport's own ``budget=`` owns it. ``failure`` (what ended the stream
+    before its first event) is raised by the first read.
     """
 
     def __init__(
@@ -138,7 +139,9 @@ class EventBody:
         guarded: GuardedStream[bytes],
         owner: Budget,
         release: Callable[[], None],
+        failure: Optional[Exception] = None,
     ) -> None:
+        self._failure = failure
         self._head = head
         self._items = items
         self._guarded = guarded
@@ -146,6 +149,9 @@ class EventBody:
         self._release = release
 
     def __iter__(self) -> Iterator[bytes]:
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
         head, self._head = self._head, None
         if head is not None:
             yield head

@@ -234,24 +234,34 @@ class HTTPXTransport(_Base):
             except Exception as exc:
                 if budget.ended:
                     budget.check()  # the budget's end caused it: say so
-                if (
-                    first_bound
-                    and _is_read_timeout(exc)
-                    and replayable
-                    and _may_resend(send, budget)
-                ):
-                    _resent(send, "no response headers", budget)
-                    continue
+                if first_bound and _is_read_timeout(exc):
+                    if replayable and _may_resend(send, budget):
+                        _resent(send, "no response headers", budget)
+                        continue
+                    raise self._first_event_error(send, time.monotonic() - started) from exc
                 raise
             live["read"] = timeouts.get("read")  # body reads: the caller's read timeout
             if not _is_event_stream(response):
                 return self._bounded(response, budget, owner, release)
+            may_resend = replayable and _may_resend(send, budget)
             try:
-                return self._guarded(response, budget, owner, release, started)
-            except StreamIdleTimeout as exc:
-                if exc.chunks_received or not (replayable and _may_resend(send, budget)):
-                    raise
+                return self._guarded(response, budget, owner, release, started, send, may_resend)
+            except StreamIdleTimeout:  # raised only when it may be sent again
                 _resent(send, "no first event", budget)
+
+    def _first_event_error(self, sends: int, lifetime: float) -> StreamIdleTimeout:
+        assert self._first is not None
+        times = "once" if sends == 1 else f"{sends} times"
+        return StreamIdleTimeout(
+            f"no first event within {self._first:g}s of sending the request (sent {times}); "
+            "if the server is legitimately this slow, raise first_event_timeout= (or "
+            f"idle_timeout=, or the {ENV_IDLE_TIMEOUT} environment variable)",
+            idle_timeout=self._first,
+            chunks_received=0,
+            stream_lifetime=lifetime,
+            stage="http",
+            elapsed=lifetime,
+        )
 
     def _bounded(
         self, response: Any, budget: Budget, owner: Budget, release: Callable[[], None]
@@ -270,7 +280,17 @@ class HTTPXTransport(_Base):
         owner: Budget,
         release: Callable[[], None],
         started: float,
+        send: int,
+        may_resend: bool,
     ) -> Any:
+        """Guard the event stream and wait for its first event.
+
+        An error before the first event (a silent stream that may not be sent
+        again, an oversized or error event, the end of ``budget=``) is raised
+        by the body's first read, where both SDKs hand it to their caller
+        unchanged; a silent stream that may be sent again raises
+        StreamIdleTimeout here.
+        """
         inner = response.stream
         pieces = iter(inner)
         shutter = Shutter(budget, socket_of(response))
@@ -295,12 +315,21 @@ class HTTPXTransport(_Base):
                 on_timeout=shutter.shut,
             )
         items = iter(guarded)
+        failure: Optional[Exception] = None
+        head = None
         try:
             head = next(items, None)
+        except Exception as exc:
+            guarded.close()
+            failure = exc
+            if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
+                if may_resend:
+                    raise
+                failure = self._first_event_error(send, time.monotonic() - started)
         except BaseException:
             guarded.close()
             raise
-        response.stream = self._event_body(head, items, guarded, owner, release)
+        response.stream = self._event_body(head, items, guarded, owner, release, failure)
         return response
 
 
