@@ -197,3 +197,15 @@ def test_budget_argument_before_headers_reaches_the_caller_as_the_sdks_cause(
         stream_text(client, [])
     assert isinstance(info.value.__cause__, ws.DeadlineExceeded)
     assert ws.classify(info.value).kind == "deadline"
+
+
+def test_no_headers_before_the_first_event_limit_is_wrapped_by_the_sdk(
+    fault_gateway: FaultGateway, sdk: MakeSDK
+) -> None:
+    """Raised before the response exists: anthropic's APIConnectionError, ours as __cause__."""
+    base = fault_gateway.base_url("no_headers", api="anthropic")
+    with pytest.raises(anthropic.APIConnectionError) as info, ws.deadline(10):
+        stream_text(sdk(base), [])
+    assert isinstance(info.value.__cause__, ws.StreamIdleTimeout)
+    assert ws.classify(info.value).retryable  # nothing was delivered
+    assert len(fault_gateway.requests_seen(base)) == 3

@@ -104,11 +104,12 @@ def test_the_deadline_holds_when_the_server_hangs(
     assert wait_for(lambda: all_disconnected(fault_gateway, base))
 
 
-def test_silence_after_200_ends_at_the_first_event_limit(
-    fault_gateway: FaultGateway, sdk: MakeSDK
+@pytest.mark.parametrize("scenario", ["silent_after_200", "no_headers", "keepalive_only"])
+def test_silence_before_the_first_event_ends_at_its_limit(
+    fault_gateway: FaultGateway, sdk: MakeSDK, scenario: str
 ) -> None:
     """Each send waits first_event_timeout; after the third the caller gets our error."""
-    base = fault_gateway.base_url("silent_after_200")
+    base = fault_gateway.base_url(scenario)
     started = time.monotonic()
     with pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
         stream_text(sdk(base), [])
@@ -194,3 +195,16 @@ def test_retry_call_is_the_one_retry_owner(
         text = ws.retry_call(lambda: stream_text(client, []), policy=FAST)
     assert text == TEXT
     assert len(fault_gateway.requests_seen(base)) == 2
+
+
+def test_budget_argument_before_headers_reaches_the_caller_as_ours(
+    fault_gateway: FaultGateway, sdk: MakeSDK
+) -> None:
+    """openai wraps only httpx's own errors: our DeadlineExceeded reaches its caller as is."""
+    base = fault_gateway.base_url("no_headers")
+    client = sdk(base, budget=ws.Budget(0.5), idle_timeout=30, max_retries=2)
+    started = time.monotonic()
+    with pytest.raises(ws.DeadlineExceeded):
+        stream_text(client, [])
+    assert time.monotonic() - started <= 0.5 + SLACK
+    assert len(fault_gateway.requests_seen(base)) == 1

@@ -135,7 +135,17 @@ class HTTPXTransport(_Base):
     _event_body: type = EventBody
     _bounded_body: type = BoundedBody
 
-    def __new__(cls, transport: Any = None, **options: Any) -> HTTPXTransport:
+    def __new__(
+        cls,
+        transport: Any = None,
+        *,
+        idle_timeout: Optional[Duration] = _UNSET,
+        first_event_timeout: Optional[Duration] = None,
+        budget: Optional[Budget] = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> HTTPXTransport:
+        # The class a caller names is the library-neutral one; the instance is of its
+        # subclass with the wrapped library's BaseTransport as a base (__init__ checks the rest).
         if cls is HTTPXTransport:
             lib = default_library() if transport is None else library_of(transport)
             cls = _concrete(lib)
