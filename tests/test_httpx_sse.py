@@ -7,8 +7,10 @@ import json
 import socket
 import threading
 import time
+import zlib
 from typing import Iterator, List
 
+import httpx
 import httpx2
 import pytest
 
@@ -183,3 +185,40 @@ def test_a_stream_closed_early_lets_the_reader_thread_go(client: httpx2.Client) 
         with ws.deadline(10), stream as response:
             first = next(response.iter_bytes())
         assert json.loads(first[len(b"data: ") :])["choices"][0]["delta"]["content"] == "hi"
+
+
+def test_an_httpx_028_client_guards_event_streams_too() -> None:
+    """Around an httpx (not httpx2) transport, pings keep nothing alive either."""
+    transport = ws.HTTPXTransport(httpx.HTTPTransport(), idle_timeout=0.3)
+    server = sse_server(CHUNK, *[PING] * 100, gap=0.1)
+    legacy = httpx.Client(transport=transport)
+    with server, legacy, pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
+        stream = legacy.stream("POST", server.url, json={"stream": True})
+        with stream as response:
+            b"".join(response.iter_bytes())
+    assert info.value.chunks_received == 1
+
+
+def test_a_compressed_event_stream_arrives_whole_and_stays_bounded(
+    client: httpx2.Client,
+) -> None:
+    """gzip cannot be framed before httpx decodes it: raw pieces are activity, idle still ends it."""
+    body = CHUNK + FINISH
+    packer = zlib.compressobj(wbits=31)  # gzip
+    packed = packer.compress(body) + packer.flush(zlib.Z_SYNC_FLUSH)
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        send_body_piece(conn, packed)
+        stop.wait(10)  # then silence, without ending the body
+
+    got: List[bytes] = []
+    server = RawServer(handler)
+    stream = client.stream("POST", server.url, json={"stream": True})
+    with server, pytest.raises(ws.StreamIdleTimeout), ws.deadline(10), stream as response:
+        got.extend(response.iter_bytes())
+    assert b"".join(got) == body
