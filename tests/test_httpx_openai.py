@@ -4,8 +4,11 @@ silence before the first event is sent again, and what we raise reaches the call
 from __future__ import annotations
 
 import time
+import traceback
 from typing import Any, Callable, Iterator, List
 
+import httpcore2
+import httpx2
 import openai
 import pytest
 
@@ -208,3 +211,34 @@ def test_budget_argument_before_headers_reaches_the_caller_as_ours(
         stream_text(client, [])
     assert time.monotonic() - started <= 0.5 + SLACK
     assert len(fault_gateway.requests_seen(base)) == 1
+
+
+def _chain(exc: BaseException) -> List[BaseException]:
+    nodes: List[BaseException] = []
+    pending: List[Any] = [exc]
+    while pending and len(nodes) < 32:
+        node = pending.pop()
+        if isinstance(node, BaseException) and all(node is not seen for seen in nodes):
+            nodes.append(node)
+            pending.extend((node.__cause__, node.__context__))
+    return nodes
+
+
+@pytest.mark.parametrize(
+    ("scenario", "options"),
+    [("no_headers", {}), ("no_headers", {"budget": "0.5"}), ("slow_drip", {"budget": "0.5"})],
+)
+def test_our_errors_chain_no_request_that_holds_the_key(
+    fault_gateway: FaultGateway, sdk: MakeSDK, scenario: str, options: Any
+) -> None:
+    """A first-event timeout or a budget= end is raised outside httpx's error: no key in it."""
+    base = fault_gateway.base_url(scenario)
+    budget = ws.Budget(float(options["budget"])) if "budget" in options else None
+    client = sdk(base, budget=budget, idle_timeout=30 if budget else IDLE)
+    with pytest.raises(ws.WatchdogError) as info:
+        stream_text(client, [])
+    text = "".join(traceback.format_exception(info.type, info.value, info.tb))
+    assert KEY not in text
+    foreign = (httpx2.HTTPError, httpcore2.TimeoutException, httpcore2.NetworkError)
+    for node in _chain(info.value):  # an httpx error's .request would hold the headers
+        assert not isinstance(node, foreign), f"{type(node).__name__} is chained to ours"

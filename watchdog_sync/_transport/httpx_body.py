@@ -98,16 +98,17 @@ class BoundedBody:
     def __iter__(self) -> Iterator[bytes]:
         budget = self._budget
         check_each = self._check_each
+        ended = False
         try:
             for piece in self._inner:
                 if check_each and budget.ended:
                     break
                 yield piece
         except Exception:
-            if self._shutter.fired or budget.ended:
-                self._raise_end()
-            raise
-        if self._shutter.fired or (check_each and budget.ended):
+            if not (self._shutter.fired or budget.ended):
+                raise
+            ended = True  # said below, outside the handler: nothing of httpx's is chained
+        if ended or self._shutter.fired or (check_each and budget.ended):
             self._raise_end()  # an EOF that our own shutdown caused is no clean end
 
     def _raise_end(self) -> None:

@@ -242,14 +242,16 @@ class HTTPXTransport(_Base):
             try:
                 response = self._transport.handle_request(request)
             except Exception as exc:
-                if budget.ended:
-                    budget.check()  # the budget's end caused it: say so
-                if first_bound and _is_read_timeout(exc):
-                    if replayable and _may_resend(send, budget):
-                        _resent(send, "no response headers", budget)
-                        continue
-                    raise self._first_event_error(send, time.monotonic() - started) from exc
-                raise
+                if not (budget.ended or (first_bound and _is_read_timeout(exc))):
+                    raise
+                response = None  # raised below, outside the handler: the httpx error (and
+                # the request it holds, credentials included) is not chained to ours
+            if response is None:
+                budget.check()  # the budget's end caused it: say so
+                if replayable and _may_resend(send, budget):
+                    _resent(send, "no response headers", budget)
+                    continue
+                raise self._first_event_error(send, time.monotonic() - started)
             live["read"] = timeouts.get("read")  # body reads: the caller's read timeout
             if not _is_event_stream(response):
                 return self._bounded(response, budget, owner, release)
