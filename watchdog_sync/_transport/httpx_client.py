@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from .._core.budget import Budget
+from .._core.config import AS_IDLE, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
 from .httpx_transport import HTTPXTransport, default_library, library_of
 
@@ -13,13 +14,11 @@ if TYPE_CHECKING:
 
 __all__ = ["httpx_client"]
 
-_UNSET: Any = object()
-
 
 def httpx_client(
     *,
-    idle_timeout: Optional[Duration] = _UNSET,
-    first_event_timeout: Optional[Duration] = None,
+    idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
+    first_event_timeout: Optional[Duration] = AS_IDLE,
     budget: Optional[Budget] = None,
     **client_kwargs: Any,
 ) -> httpx2.Client:
@@ -51,12 +50,10 @@ def httpx_client(
     given = client_kwargs.get("transport")
     lib = default_library() if given is None else library_of(given)
     options: Any = {
+        "idle_timeout": idle_timeout,
         "first_event_timeout": first_event_timeout,
         "budget": budget,
-        "idle_timeout": idle_timeout,
     }
-    if idle_timeout is _UNSET:
-        del options["idle_timeout"]
     client = lib.Client(**client_kwargs)
     # The client chose its transports (the proxies of the environment included: it only
     # looks for them when it is given no transport); wrap each one it can route to.

@@ -36,15 +36,15 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from .._core import events as _events
 from .._core.budget import Budget
-from .._core.config import DEFAULT_IDLE_TIMEOUT, ENV_IDLE_TIMEOUT, env_seconds
-from .._core.durations import Duration
+from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET, first_limit, idle_setting
+from .._core.durations import Duration, off
 from .._core.errors import StreamIdleTimeout
 from .._core.scope import boundary, joined_budget, using_budget
 from .framing import EventFramer
 from .httpx_body import BoundedBody, EventBody, Shutter, socket_of
 from .httpx_sse import EventWatch, event_source
 from .sse import DEFAULT_MAX_EVENT_BYTES
-from .stream import _limit, guard_stream
+from .stream import guard_stream
 
 if TYPE_CHECKING:
     from typing import Callable
@@ -58,7 +58,6 @@ else:
 __all__ = ["HTTPXTransport", "default_library", "library_of"]
 
 _log = logging.getLogger("watchdog_sync")
-_UNSET: Any = object()
 _MAX_SENDS = 3  # a stream silent before its first event is sent at most twice more
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
 _FLOOR = 0.001  # a timeout of 0 would mean non-blocking to the socket layer
@@ -104,12 +103,15 @@ class HTTPXTransport(_Base):
             ``httpx.HTTPTransport()`` when only httpx is installed). The
             instance is a ``BaseTransport`` of the same library.
         idle_timeout: the longest gap between data events of a
-            ``text/event-stream`` body; ``None`` or ``<= 0`` disables it.
-            Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s.
+            ``text/event-stream`` body. Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT``
+            or 120 s, read when the transport is made. An idle limit: ``None``,
+            ``inf`` or any value ``<= 0`` turns it off (the budget still applies).
         first_event_timeout: the longest wait from sending a streaming request
             to its first data event, response headers included (default:
-            ``idle_timeout``). A stream silent that long is sent again (at most
-            twice, within the budget) when nothing was delivered yet.
+            ``idle_timeout``; ``<= 0`` or ``inf``: off; ``None`` means "as
+            ``idle_timeout``", deprecated as for :func:`stream_sse`). A stream
+            silent that long is sent again (at most twice, within the budget)
+            when nothing was delivered yet.
         budget: a budget every request runs under, with the current
             ``deadline()`` scope's (the tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
@@ -139,8 +141,8 @@ class HTTPXTransport(_Base):
         cls,
         transport: Any = None,
         *,
-        idle_timeout: Optional[Duration] = _UNSET,
-        first_event_timeout: Optional[Duration] = None,
+        idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
+        first_event_timeout: Optional[Duration] = AS_IDLE,
         budget: Optional[Budget] = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> HTTPXTransport:
@@ -155,8 +157,8 @@ class HTTPXTransport(_Base):
         self,
         transport: Any = None,
         *,
-        idle_timeout: Optional[Duration] = _UNSET,
-        first_event_timeout: Optional[Duration] = None,
+        idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
+        first_event_timeout: Optional[Duration] = AS_IDLE,
         budget: Optional[Budget] = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
@@ -167,20 +169,14 @@ class HTTPXTransport(_Base):
             raise TypeError(
                 f"transport must be a {lib.__name__}.BaseTransport, not {type(transport).__name__}"
             )
-        if idle_timeout is _UNSET:
-            idle_timeout = env_seconds(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
         if budget is not None and not isinstance(budget, Budget):
             raise TypeError(
                 f"budget must be a watchdog_sync.Budget or None, not {type(budget).__name__}"
             )
         EventFramer(max_event_bytes)  # the framer checks the value and names the parameter
         self._transport = transport
-        self._idle = _limit(idle_timeout, "idle_timeout")
-        self._first = (
-            self._idle
-            if first_event_timeout is None
-            else _limit(first_event_timeout, "first_event_timeout")
-        )
+        self._idle = idle_setting(idle_timeout)
+        self._first = first_limit(first_event_timeout, self._idle, "first_event_timeout")
         self._budget = budget
         self._max_event_bytes = max_event_bytes
 
@@ -322,8 +318,8 @@ class HTTPXTransport(_Base):
         with using_budget(budget):
             guarded = guard_stream(
                 event_source(pieces, framer, EventWatch(), let_go),
-                idle_timeout=self._idle,
-                first_item_timeout=first,
+                idle_timeout=off(self._idle),
+                first_item_timeout=off(first),
                 on_timeout=shutter.shut,
             )
         items = iter(guarded)
