@@ -32,7 +32,7 @@ import re
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from .._core import events as _events
 from .._core.budget import Budget
@@ -47,8 +47,6 @@ from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import guard_stream
 
 if TYPE_CHECKING:
-    from typing import Callable
-
     import httpx2
 
     _Base = httpx2.BaseTransport
