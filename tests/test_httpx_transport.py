@@ -180,8 +180,8 @@ def test_proxies_from_the_environment_keep_working(monkeypatch: pytest.MonkeyPat
         lines.append(head.split(b"\r\n", 1)[0])
         if b"/drip" in head:
             slow_drip_after_head(conn, stop)
-        else:
-            conn.sendall(OK_RESPONSE)
+        else:  # one request per connection: the client must not reuse one this handler closes
+            conn.sendall(OK_RESPONSE.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
 
     for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
         monkeypatch.delenv(name, raising=False)
