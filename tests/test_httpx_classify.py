@@ -127,3 +127,17 @@ def test_an_sdk_wrapper_of_our_error_is_classified_as_ours() -> None:
         raise openai.APIConnectionError(request=REQUEST) from late
     except openai.APIConnectionError as wrapped:
         assert not ws.classify(wrapped).retryable
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (httpx2.TooManyRedirects("Exceeded maximum allowed redirects."), "too_many_redirects"),
+        (httpx2.DecodingError("Error -3 while decompressing data"), "content_decoding"),
+        (httpx.DecodingError("Error -3 while decompressing data"), "content_decoding"),
+    ],
+)
+def test_permanent_httpx_failures_are_not_retried(error: BaseException, reason: str) -> None:
+    """A redirect loop or an undecodable body is the same next time, as with requests."""
+    verdict = ws.classify(error)
+    assert (verdict.kind, verdict.reason, verdict.retryable) == ("transport", reason, False)
