@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from .._core.errors import HTTPStatusError, StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
-from .._retry.classify import status_verdict
+from .._core.status import status_verdict
 from .._retry.foreign import provider_error_status
 from .framing import EventFramer
 
