@@ -10,6 +10,7 @@ responses and errors must be freed by reference counting alone.
 from __future__ import annotations
 
 import gc
+import threading
 import types
 from typing import Any, Dict, Iterator, List
 
@@ -18,7 +19,7 @@ import requests
 
 import watchdog_sync as ws
 from watchdog_sync import Budget, ChatStream
-from watchdog_sync.testing import FaultGateway
+from watchdog_sync.testing import FakeClock, FaultGateway
 
 from .internals import _GUARD_ATTR, _ConnectionGuard, _Loop
 
@@ -106,3 +107,36 @@ def test_a_failed_request_lets_go_of_the_connections_urllib3_dropped() -> None:
     guard.request_finished(answered=False)
     assert getattr(conn, _GUARD_ATTR) is None
     assert budget._callbacks == []  # nothing left waiting for the budget's end
+
+
+def test_a_reader_error_left_behind_by_the_budgets_end_is_not_kept_in_a_cycle(
+    saved_garbage: List[Any],
+) -> None:
+    """The reader fails after the budget ended but before the consumer looked: the
+    consumer reports the budget's end and the reader's error is dropped, not kept."""
+    clock = FakeClock()
+    budget = Budget(1.0, clock=clock)
+    go = threading.Event()
+    done = threading.Event()
+
+    def source() -> Iterator[int]:
+        try:
+            yield 1
+            go.wait(5)
+            budget.check()  # raises Cancelled: what stream_sse's reader does after a shutdown
+            yield 2
+        finally:
+            done.set()
+
+    stream = ws.guard_stream(source(), idle_timeout=10, budget=budget, clock=clock)
+    assert next(stream) == 1
+    clock.advance(2.0)  # the budget ends while the consumer is not waiting
+    go.set()
+    assert done.wait(5)
+    with pytest.raises(ws.DeadlineExceeded):
+        next(stream)
+    stream.close()
+    del stream
+    gc.collect()
+    left = [type(o).__name__ for o in saved_garbage if isinstance(o, (ws.Cancelled, Budget))]
+    assert left == []

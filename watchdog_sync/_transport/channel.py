@@ -350,6 +350,9 @@ class Channel(Generic[T]):
             self._ended_by = ended_by
             self._ended_at = self._now()
             self._stopping = True
+            # An error the reader left that the consumer will never take (the budget's end
+            # came first): dropped, since its traceback holds the reader's frame, and so this.
+            self._reader_error = None
             self._gate.clear()
             self._not_full.notify_all()
             self._not_empty.notify_all()
