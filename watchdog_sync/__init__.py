@@ -28,6 +28,7 @@ from ._core.errors import (
 )
 from ._core.events import Event, add_listener
 from ._core.scope import carry_budget, current_budget, deadline
+from ._propagate.headers import budget_from_headers, deadline_headers
 from ._retry.budget import RetryBudget
 from ._retry.classify import Classification, classify
 from ._retry.loop import retry_call, retrying
@@ -69,10 +70,12 @@ __all__ = [
     "__version__",
     "abandoned_workers",
     "add_listener",
+    "budget_from_headers",
     "carry_budget",
     "classify",
     "current_budget",
     "deadline",
+    "deadline_headers",
     "guard_stream",
     "httpx_client",
     "retry_call",

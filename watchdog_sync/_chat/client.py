@@ -20,6 +20,7 @@ from .._core.redact import clean_headers, clean_secret, header_secrets, safe_url
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
 from .._transport.http import Session
+from .._transport.propagation import propagating
 from .call import STAGE, ChatCall, run_in_call
 from .complete import complete_once
 from .config import (
@@ -78,6 +79,11 @@ class ChatClient:
             :meth:`close`.
         headers: extra request headers, sent with every call (they override
             the client's own; an ``X-Request-ID`` here is used for every call).
+        propagate: if true, every attempt carries the call's remaining time
+            as ``grpc-timeout`` and ``x-envoy-upstream-rq-timeout-ms`` (see
+            :func:`deadline_headers`), computed when that attempt is sent, so
+            the gateway (or an Envoy in front of it) can stop in time too.
+            Off by default; applies whatever the ``session``'s own setting.
 
     Redirects are not followed: a 3xx answer to the POST is an
     :class:`HTTPStatusError` (``reason='redirect'``, not retryable) naming the
@@ -115,7 +121,11 @@ class ChatClient:
         retry: Optional[RetryPolicy] = None,
         session: Optional[Session] = None,
         headers: Optional[Mapping[str, str]] = None,
+        propagate: bool = False,
     ) -> None:
+        if not isinstance(propagate, bool):
+            raise TypeError(f"propagate must be True or False, not {propagate!r}")
+        self._propagate = propagate
         self._base_url = _check_base_url(base_url)
         self._url = self._base_url + _ENDPOINT
         self._api_key = _check_api_key(api_key)
@@ -193,7 +203,8 @@ class ChatClient:
         """
         call = self._call(messages, model, params, stream=True, first=first_event_timeout)
         active, owner, release = self._budget(timeout, budget)
-        return open_stream(call, self._settings.retry, active, owner, release)
+        with propagating(self._propagate):
+            return open_stream(call, self._settings.retry, active, owner, release)
 
     def complete(
         self,
@@ -233,14 +244,15 @@ class ChatClient:
         call = self._call(messages, model, params, stream=False, first=CLIENT_DEFAULT)
         active, owner, release = self._budget(timeout, budget)
         try:
-            return run_in_call(
-                call,
-                active,
-                owner,
-                lambda: retry_call(
-                    complete_once, call, policy=self._settings.retry, budget=active, stage=STAGE
-                ),
-            )
+            with propagating(self._propagate):
+                return run_in_call(
+                    call,
+                    active,
+                    owner,
+                    lambda: retry_call(
+                        complete_once, call, policy=self._settings.retry, budget=active, stage=STAGE
+                    ),
+                )
         finally:
             release()
 

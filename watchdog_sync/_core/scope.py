@@ -27,6 +27,7 @@ __all__ = [
     "error_for",
     "joined_budget",
     "owns",
+    "set_current",
     "using_budget",
 ]
 
@@ -92,6 +93,16 @@ def error_for(
         remaining=0.0,
         request_id=request_id,
     )
+
+
+def set_current(budget: Budget) -> None:
+    """Make ``budget`` current in the running context for good.
+
+    Only for a private ``contextvars.Context`` that is dropped with the work it
+    runs (a WSGI request's: its app and every ``next()`` of its body run in it),
+    so a scope the work opens stays open across ``Context.run`` calls.
+    """
+    _CURRENT.set(budget)
 
 
 @contextlib.contextmanager
