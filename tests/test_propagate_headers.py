@@ -177,3 +177,17 @@ def test_max_timeout_clips_the_callers_value() -> None:
 def test_a_bad_max_timeout_is_rejected(bad: Any) -> None:
     with pytest.raises((TypeError, ValueError), match="max_timeout"):
         ws.budget_from_headers({}, max_timeout=bad)
+
+
+def test_an_http_client_message_is_read_through_its_items() -> None:
+    """http.client / email messages are not mappings: their items() are read."""
+    import email.parser
+
+    message = email.parser.Parser().parsestr("Grpc-Timeout: 3S\r\nHost: x\r\n\r\n")
+    assert seconds_of(ws.budget_from_headers(message)) == 3.0
+
+
+@pytest.mark.parametrize("bad", [["grpc-timeout"], [("a", "b", "c")], [1]])
+def test_headers_that_are_not_pairs_are_a_type_error(bad: Any) -> None:
+    with pytest.raises(TypeError, match=r"\(name, value\) pairs"):
+        ws.budget_from_headers(bad)

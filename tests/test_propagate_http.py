@@ -217,3 +217,16 @@ def _headers(head: bytes) -> Dict[str, str]:
     lines = head.decode("latin-1").split("\r\n")[1:]
     pairs = (line.split(":", 1) for line in lines if ":" in line)
     return {name.strip().lower(): value.strip() for name, value in pairs}
+
+
+def test_a_header_of_the_callers_own_is_replaced_when_bounded_kept_when_not() -> None:
+    """propagate=True owns the deadline headers under a bounded budget; unbounded: yours go."""
+    target = Heads(ok())
+    with RawServer(target) as server, ws.Session(propagate=True) as session:
+        session.get(server.url + "/", headers={"Grpc-Timeout": "1H"}).close()
+        with ws.deadline(2.0):
+            session.get(server.url + "/", headers={"Grpc-Timeout": "1H"}).close()
+    unbounded, bounded = (_headers(head) for head in target.heads)
+    assert unbounded["grpc-timeout"] == "1h"  # as given (Heads lower-cases what it keeps)
+    value = sent_seconds({GRPC: bounded["grpc-timeout"]})  # 2 s: in microseconds, "...u"
+    assert value is not None and value <= 2.0

@@ -90,10 +90,10 @@ def budget_from_headers(
     before it reached you is not known and not counted.
 
     Args:
-        headers: the request headers: a mapping (requests', Flask's,
-            Django's ``request.headers``, a dict), ``(name, value)`` pairs
-            (``http.client`` messages give them through ``.items()``), or a
-            WSGI environ (``HTTP_GRPC_TIMEOUT``).
+        headers: the request headers: anything with ``.items()`` (a dict,
+            requests', Flask's or Django's ``request.headers``, an
+            ``http.client`` message), ``(name, value)`` pairs, or a WSGI
+            environ (``HTTP_GRPC_TIMEOUT``).
         max_timeout: the longest budget a caller may ask for (seconds); a
             larger value is clipped to it. Set it: callers are not trusted.
 
@@ -103,7 +103,8 @@ def budget_from_headers(
         deadline header is present.
 
     Raises:
-        TypeError, ValueError: a bad ``max_timeout`` (``0`` or less, NaN, ...).
+        TypeError, ValueError: a bad ``max_timeout`` (``0`` or less, NaN, ...),
+            or ``headers`` that are neither a mapping nor pairs.
     """
     cap = validate_duration(max_timeout, "max_timeout", allow_zero=False)
     seconds = incoming_timeout(headers)
@@ -115,8 +116,14 @@ def budget_from_headers(
 def incoming_timeout(headers: Headers) -> Optional[float]:
     """The tightest valid deadline in ``headers``, in seconds, or ``None``."""
     found: Optional[float] = None
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    for raw_name, value in items:
+    items = headers.items() if callable(getattr(headers, "items", None)) else headers  # type: ignore[union-attr]
+    for pair in items:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise TypeError(
+                "headers must be a mapping (or have .items()) or (name, value) pairs, "
+                f"got an item {type(pair).__name__}"
+            )
+        raw_name, value = pair
         name = _header_name(raw_name)
         if name == GRPC_TIMEOUT:
             seconds = _parse(name, value, _GRPC_VALUE, _GRPC_HINT)

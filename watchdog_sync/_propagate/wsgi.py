@@ -32,6 +32,8 @@ class DeadlineMiddleware:
     ``close()``), not only while the app is called: the body is iterated in
     the request's context, so a streamed response is bounded too, and it is
     checked before each chunk, so a body still going at the deadline stops.
+    (The body is wrapped, so a server's ``wsgi.file_wrapper`` fast path,
+    ``sendfile``, is not taken for it.)
 
     On timeout: a :class:`DeadlineExceeded` (or the request's own
     ``Cancelled``) that escapes the app becomes ``504 Gateway Timeout`` with a

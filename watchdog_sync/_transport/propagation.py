@@ -84,9 +84,11 @@ def strip_deadline_headers(headers: MutableMapping[str, str]) -> None:
 
 
 def set_deadline_headers(headers: MutableMapping[str, str], budget: Budget) -> None:
-    """Replace the deadline headers with what ``budget`` has left now."""
-    strip_deadline_headers(headers)
-    headers.update(headers_for(budget.remaining()))
+    """Replace the deadline headers with what ``budget`` has left now (unbounded: leave them)."""
+    fresh = headers_for(budget.remaining())
+    if fresh:
+        strip_deadline_headers(headers)
+        headers.update(fresh)
 
 
 def mark_request(request: Any, allowed: Optional[str], budget: Budget) -> None:
