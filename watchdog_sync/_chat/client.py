@@ -20,7 +20,7 @@ from .._core.redact import clean_headers, clean_secret, header_secrets, safe_url
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
 from .._transport.http import Session
-from .._transport.propagation import propagating
+from .._transport.propagation import check_propagate, propagating
 from .call import STAGE, ChatCall, run_in_call
 from .complete import complete_once
 from .config import (
@@ -123,9 +123,7 @@ class ChatClient:
         headers: Optional[Mapping[str, str]] = None,
         propagate: bool = False,
     ) -> None:
-        if not isinstance(propagate, bool):
-            raise TypeError(f"propagate must be True or False, not {propagate!r}")
-        self._propagate = propagate
+        self._propagate = check_propagate(propagate)
         self._base_url = _check_base_url(base_url)
         self._url = self._base_url + _ENDPOINT
         self._api_key = _check_api_key(api_key)

@@ -39,8 +39,8 @@ from urllib3.exceptions import ConnectTimeoutError
 from urllib3.util import Timeout
 
 from .._core.budget import Budget, _noop
-from .._core.scope import boundary, entry_scope, joined_budget
-from .propagation import forced, mark_request
+from .._core.scope import boundary, joined_budget
+from . import propagation as _propagation
 from .redirect import same_origin, strip_credentials
 from .resolve import is_ip_literal, resolve_bounded
 from .tunnel import TunnelView
@@ -158,11 +158,6 @@ def shutdown_socket(sock: Any) -> None:
 
 _ACTIVE_GUARD: contextvars.ContextVar[Optional[_ConnectionGuard]] = contextvars.ContextVar(
     "watchdog_sync_connection_guard", default=None
-)
-# The URL the caller asked for, while its request and redirect hops are sent: the one
-# origin that deadline headers may go to.
-_ALLOWED_URL: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
-    "watchdog_sync_allowed_url", default=None
 )
 
 
@@ -351,24 +346,18 @@ class Session(requests.Session):
     (``Authorization``, ``Api-Key``, ``X-Api-Key``, ...), not only
     ``Authorization``.
 
-    ``propagate=True``: every request sent (each retry and each redirect hop
-    is a new send) carries the budget's remaining time as ``grpc-timeout``
-    and ``x-envoy-upstream-rq-timeout-ms`` (see :func:`deadline_headers`),
-    computed at that moment, never more than what is left. With no bounded
-    budget nothing is added. They go only to the origin of the URL asked
-    for: a redirect hop to another scheme, host or port carries none. A
-    request whose budget ended before it was sent is not sent (it raises as
-    on timeout, above). Off by default.
+    ``propagate=True``: every send (each retry and redirect hop) carries the
+    time left as ``grpc-timeout`` and ``x-envoy-upstream-rq-timeout-ms`` (see
+    :func:`deadline_headers`), computed then; none with no bounded budget, and
+    none to another origin than the URL asked for. Off by default.
     """
 
     def __init__(self, budget: Optional[Budget] = None, *, propagate: bool = False) -> None:
         super().__init__()
         if budget is not None and not isinstance(budget, Budget):
             raise TypeError(f"budget must be a watchdog_sync.Budget, not {type(budget).__name__}")
-        if not isinstance(propagate, bool):
-            raise TypeError(f"propagate must be True or False, not {propagate!r}")
         self.budget = budget
-        self.propagate = propagate
+        self.propagate = _propagation.check_propagate(propagate)
         adapter = _GuardedAdapter()
         self.mount("http://", adapter)
         self.mount("https://", adapter)
@@ -401,7 +390,7 @@ class Session(requests.Session):
                 budget.check()
                 kwargs["timeout"] = clip_timeout(kwargs.get("timeout"), budget.remaining())
                 token = _ACTIVE_GUARD.set(guard)
-                first_send = _ALLOWED_URL.set(None)  # the first send() names the allowed URL
+                first_send = _propagation.begin_request()  # which origin its hops may tell
                 try:
                     response = super().request(method, url, *args, **kwargs)
                     answered = True
@@ -410,7 +399,7 @@ class Session(requests.Session):
                         budget.check()  # the budget's end caused it: say so
                     raise
                 finally:
-                    _ALLOWED_URL.reset(first_send)
+                    _propagation.end_request(first_send)
                     _ACTIVE_GUARD.reset(token)
                 if guard.fired:
                     response.close()
@@ -423,23 +412,13 @@ class Session(requests.Session):
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         """Send one prepared request (the first or a redirect hop), deadline headers set now."""
-        allowed = _ALLOWED_URL.get()
-        token = None
-        if allowed is None and isinstance(request.url, str):
-            allowed = request.url
-            token = _ALLOWED_URL.set(allowed)
-        try:
-            if self.propagate or forced():
-                guard = _ACTIVE_GUARD.get()
-                if guard is not None:  # sent by request(): its budget, converted there
-                    mark_request(request, allowed, guard.budget)
-                else:  # send() called directly
-                    with entry_scope(self.budget, stage="http") as budget:
-                        mark_request(request, allowed, budget)
+        with _propagation.allowed_origin(request.url) as allowed:
+            if self.propagate or _propagation.forced():
+                guard = _ACTIVE_GUARD.get()  # None: send() called directly, not by request()
+                _propagation.mark_request(
+                    request, allowed, None if guard is None else guard.budget, self.budget
+                )
             return super().send(request, **kwargs)
-        finally:
-            if token is not None:
-                _ALLOWED_URL.reset(token)
 
 
 def _bound_body(response: requests.Response, guard: _ConnectionGuard) -> None:

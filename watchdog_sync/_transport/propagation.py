@@ -20,12 +20,17 @@ import math
 from typing import Any, Dict, Iterator, MutableMapping, Optional
 
 from .._core.budget import Budget
+from .._core.scope import entry_scope
 from .redirect import same_origin
 
 __all__ = [
     "ENVOY_UPSTREAM_TIMEOUT",
     "GRPC_TIMEOUT",
     "OUTGOING",
+    "allowed_origin",
+    "begin_request",
+    "check_propagate",
+    "end_request",
     "forced",
     "format_grpc_timeout",
     "headers_for",
@@ -52,6 +57,11 @@ _UNITS = (
 
 _FORCED: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "watchdog_sync_propagate", default=False
+)
+# The URL the caller asked for, while its request and redirect hops are sent: the one
+# origin that deadline headers may go to.
+_ALLOWED_URL: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
+    "watchdog_sync_allowed_url", default=None
 )
 
 
@@ -91,19 +101,58 @@ def set_deadline_headers(headers: MutableMapping[str, str], budget: Budget) -> N
         headers.update(fresh)
 
 
-def mark_request(request: Any, allowed: Optional[str], budget: Budget) -> None:
+def check_propagate(value: Any) -> bool:
+    """``propagate=`` as given, or a ``TypeError`` if it is not a bool."""
+    if not isinstance(value, bool):
+        raise TypeError(f"propagate must be True or False, not {value!r}")
+    return value
+
+
+def begin_request() -> contextvars.Token[Optional[str]]:
+    """A new ``Session.request()``: its first send names the allowed origin."""
+    return _ALLOWED_URL.set(None)
+
+
+def end_request(token: contextvars.Token[Optional[str]]) -> None:
+    _ALLOWED_URL.reset(token)
+
+
+@contextlib.contextmanager
+def allowed_origin(url: Any) -> Iterator[Optional[str]]:
+    """Around one send: the URL whose origin may get the headers (``url``, on a first send)."""
+    allowed = _ALLOWED_URL.get()
+    if allowed is not None or not isinstance(url, str):
+        yield allowed
+        return
+    token = _ALLOWED_URL.set(url)
+    try:
+        yield url
+    finally:
+        _ALLOWED_URL.reset(token)
+
+
+def mark_request(
+    request: Any, allowed: Optional[str], budget: Optional[Budget], explicit: Optional[Budget]
+) -> None:
     """Set the deadline headers of a prepared request about to be sent, if it may carry them.
 
     Only a request to the origin of ``allowed`` (the URL the caller asked for) carries
-    them; a redirect hop elsewhere has them stripped. Raises :class:`Cancelled` if
-    ``budget`` has ended: the request is not sent.
+    them; a redirect hop elsewhere has them stripped. ``budget``: the request's (from
+    ``Session.request``), or ``None`` for a ``send()`` called directly, which joins the
+    current scope with ``explicit`` (the session's). An ended budget raises (as on
+    timeout): the request is not sent.
     """
     url = request.url
     if not (isinstance(url, str) and allowed is not None and same_origin(allowed, url)):
         strip_deadline_headers(request.headers)
         return
-    budget.check()
-    set_deadline_headers(request.headers, budget)
+    if budget is not None:  # Session.request() converts its end
+        budget.check()
+        set_deadline_headers(request.headers, budget)
+        return
+    with entry_scope(explicit, stage="http") as own:
+        own.check()
+        set_deadline_headers(request.headers, own)
 
 
 @contextlib.contextmanager
