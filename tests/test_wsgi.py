@@ -7,12 +7,14 @@ bounded, malformed headers are ignored with a log record.
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
+import pathlib
 import socket
 import threading
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Set
 
 import pytest
 import requests
@@ -297,3 +299,29 @@ def test_import_watchdog_sync_does_not_import_the_wsgi_module() -> None:
     code = "import sys, watchdog_sync; print('watchdog_sync.wsgi' in sys.modules, 'wsgiref' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
     assert out.stdout.split() == ["False", "False"]
+
+
+def _imported_parts(path: pathlib.Path) -> Set[str]:
+    """The package parts (``_core``, ``_propagate``, ...) that a module imports, lazily too."""
+    root = pathlib.Path(ws.__file__).parent
+    inside = path.parent != root
+    parts = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            name = (node.module or "").split(".")[0]
+            parts.add(path.parent.name if inside and node.level == 1 else name)
+    return parts
+
+
+def test_only_the_door_and_the_wsgi_module_import_the_propagate_part() -> None:
+    """_propagate sits above transport: it imports core/retry/transport, and only the door
+    and watchdog_sync.wsgi import it."""
+    root = pathlib.Path(ws.__file__).parent
+    importers = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.parent.name != "_propagate" and "_propagate" in _imported_parts(path)
+    )
+    assert importers == ["__init__.py", "wsgi.py"]
+    for path in (root / "_propagate").glob("*.py"):
+        assert _imported_parts(path) <= {"_propagate", "_core", "_retry", "_transport"}, path
