@@ -284,6 +284,27 @@ def test_the_app_and_its_body_run_inside_the_request_scope_and_close_ends_it() -
     assert closed == [True] and len(seen) == 2 and all(0 < left <= 5.0 for left in seen)
 
 
+def test_a_scope_the_body_opens_stays_open_across_its_yields() -> None:
+    """The body runs in the request's own context, so its deadline(0.5) spans its yields."""
+    seen: List[float] = []
+
+    def app(env: Dict[str, Any], start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+
+        def body() -> Iterator[bytes]:
+            with ws.deadline(0.5):
+                for _ in range(3):
+                    seen.append(ws.current_budget().remaining())
+                    yield b"x"
+
+        return body()
+
+    result = DeadlineMiddleware(app)(environ(grpc_timeout="60S"), Recorder())
+    assert b"".join(result) == b"xxx"
+    result.close()  # type: ignore[attr-defined]
+    assert len(seen) == 3 and all(left <= 0.5 for left in seen)
+
+
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), "5", True])
 def test_bad_limits_are_rejected(bad: Any) -> None:
     with pytest.raises((TypeError, ValueError), match="max_timeout"):
