@@ -28,8 +28,7 @@ import math
 import socket
 import struct
 import threading
-import weakref
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import requests
 import requests.adapters
@@ -43,6 +42,7 @@ from .._core.scope import boundary, joined_budget
 from . import propagation as _propagation
 from .redirect import same_origin, strip_credentials
 from .resolve import is_ip_literal, resolve_bounded
+from .streamed import bound_body
 from .tunnel import TunnelView
 
 __all__ = ["Session", "shutdown_socket"]
@@ -407,7 +407,7 @@ class Session(requests.Session):
         finally:
             guard.request_finished(answered=answered)
         if kwargs.get("stream"):
-            _bound_body(response, guard)
+            bound_body(response, guard)
         return response
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
@@ -419,30 +419,3 @@ class Session(requests.Session):
                     request, allowed, None if guard is None else guard.budget, self.budget
                 )
             return super().send(request, **kwargs)
-
-
-def _bound_body(response: requests.Response, guard: _ConnectionGuard) -> None:
-    """Make errors in a streamed body say so when they come from the budget's end."""
-    plain_iter_content = type(response).iter_content
-    # Weakly: the response keeps this function, which must not keep the response.
-    response_ref = weakref.ref(response)
-
-    def iter_content(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        current = response_ref()
-        if current is None:  # only a caller holding the response can call this
-            return
-        try:
-            yield from plain_iter_content(current, *args, **kwargs)
-        except requests.RequestException:
-            if guard.fired:
-                _raise_budget_end(guard)
-            raise
-        if guard.fired:
-            _raise_budget_end(guard)
-
-    response.iter_content = iter_content  # type: ignore[method-assign]
-
-
-def _raise_budget_end(guard: _ConnectionGuard) -> None:
-    with boundary(guard.budget, guard.owner):
-        guard.budget.check()
