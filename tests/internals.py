@@ -5,6 +5,7 @@ environment parsers, ...) import them from here, never from a private module
 path, so that moving a module inside the package changes this file only.
 """
 
+from watchdog_sync._chat.complete import MAX_RESPONSE_BYTES
 from watchdog_sync._cli.demo import SCENARIOS, run_demo
 from watchdog_sync._cli.probe import suggest_idle_timeout
 from watchdog_sync._core import config as config_module
@@ -19,14 +20,18 @@ from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._transport.body import body_pieces
+from watchdog_sync._transport.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
 from watchdog_sync._transport.framing import EventFramer
 from watchdog_sync._transport.http import _GUARD_ATTR, _ConnectionGuard, clip_timeout
 from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
 from watchdog_sync._transport.sse import _chunks, _FramedSSEClient
 
 __all__ = [
+    "MAX_LAYERS",
+    "MAX_RESPONSE_BYTES",
     "SCENARIOS",
     "_GUARD_ATTR",
+    "BodyDecoder",
     "EventFramer",
     "EventWatch",
     "_ConnectionGuard",
@@ -49,6 +54,7 @@ __all__ = [
     "sample_preload_module",
     "stream_error",
     "suggest_idle_timeout",
+    "UnknownEncoding",
     "validate_duration",
     "with_fields",
 ]
