@@ -143,3 +143,46 @@ def wait_for_disconnect(conn: socket.socket, stop: threading.Event, limit: float
         except OSError:
             return True
     return False
+
+
+class Answer:
+    """Answers every request on a connection with ``reply(path)``; counts the requests and
+    keeps their heads."""
+
+    def __init__(self, reply: Callable[[bytes], bytes]) -> None:
+        self.reply = reply
+        self.paths: List[bytes] = []
+        self.heads: List[bytes] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
+        for _ in range(64):
+            head = read_request_head(conn)
+            if not head or stop.is_set():
+                return
+            path = head.split(b" ", 2)[1]
+            with self._lock:
+                self.paths.append(path)
+                self.heads.append(head)
+            if b"content-length: 0\r\n" not in head.lower() and b"POST" in head[:5]:
+                read_request_body(conn, head)
+            conn.sendall(self.reply(path))
+
+    def first_attempts(self, path: bytes) -> int:
+        with self._lock:
+            return self.paths.count(path)
+
+
+def read_request_body(conn: socket.socket, head: bytes) -> None:
+    """Read (and drop) the rest of a request body of Content-Length bytes."""
+    headers, _, rest = head.partition(b"\r\n\r\n")
+    length = 0
+    for line in headers.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        piece = conn.recv(65536)
+        if not piece:
+            return
+        rest += piece

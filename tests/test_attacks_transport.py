@@ -19,7 +19,7 @@ import trustme
 import watchdog_sync as ws
 from watchdog_sync import ChatClient, Session
 
-from .rawserver import RawServer, read_request_head
+from .rawserver import Answer, RawServer, read_request_head
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -134,45 +134,6 @@ def test_a_tls_reset_during_the_handshake_stays_retryable() -> None:
 # -- hostile answers: redirect loops, nested gzip, header floods, over-long lines -----------
 
 
-class Answer:
-    """Answers every request on a connection with ``reply(path)``; counts the requests."""
-
-    def __init__(self, reply: Callable[[bytes], bytes]) -> None:
-        self.reply = reply
-        self.paths: List[bytes] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
-        for _ in range(64):
-            head = read_request_head(conn)
-            if not head or stop.is_set():
-                return
-            path = head.split(b" ", 2)[1]
-            with self._lock:
-                self.paths.append(path)
-            if b"content-length: 0\r\n" not in head.lower() and b"POST" in head[:5]:
-                _read_body(conn, head)
-            conn.sendall(self.reply(path))
-
-    def first_attempts(self, path: bytes) -> int:
-        with self._lock:
-            return self.paths.count(path)
-
-
-def _read_body(conn: socket.socket, head: bytes) -> None:
-    headers, _, rest = head.partition(b"\r\n\r\n")
-    length = 0
-    for line in headers.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(rest) < length:
-        piece = conn.recv(65536)
-        if not piece:
-            return
-        rest += piece
-
-
 def _redirect_loop(path: bytes) -> bytes:
     return b"HTTP/1.1 302 Found\r\nLocation: /loop\r\nContent-Length: 0\r\n\r\n"
 
@@ -203,6 +164,10 @@ HOSTILE = {
         "content_decoding",
     ),
     "broken_gzip": (_gzip_reply(b"gzip", b"\x1f\x8b\x08 not really gzip"), "content_decoding"),
+    # a gzip stream cut short, inside a body whose length is right
+    "truncated_gzip": (_gzip_reply(b"gzip", gzip.compress(COMPLETION)[:-9]), "content_decoding"),
+    "six_codings": (_gzip_reply(b"gzip, " * 5 + b"gzip", b"{}"), "content_decoding"),
+    "unasked_brotli": (_gzip_reply(b"br", b"\x0b\x02\x80{}\x03"), "unexpected_content_encoding"),
     # one layer announced, two sent: what is left after decoding is not JSON
     "gzip_in_gzip_body": (
         _gzip_reply(b"gzip", gzip.compress(gzip.compress(COMPLETION))),

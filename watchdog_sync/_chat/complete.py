@@ -8,15 +8,18 @@ size and must be one JSON object.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple, Type
 
 import requests
+from urllib3.exceptions import DecodeError
 
 from .._core.errors import StreamProtocolError
 from .._core.redact import excerpt
+from .._transport.decode import BodyDecoder, UnknownEncoding
 from .._transport.json_object import json_object
 from .._transport.redirect import is_redirect
 from .._transport.sse import DEFAULT_MAX_EVENT_BYTES
+from .._transport.streamed import raw_content
 from .._transport.translate import REQUESTS_ERRORS, Translator
 from .call import ChatCall
 from .errors import error_object
@@ -26,6 +29,11 @@ __all__ = ["MAX_RESPONSE_BYTES", "complete_once"]
 MAX_RESPONSE_BYTES = DEFAULT_MAX_EVENT_BYTES
 _ERROR_BODY_BYTES = 65536
 _READ_SIZE = 65536
+#: The codings asked for, all that ``BodyDecoder`` undoes (requests would add ``br`` and
+#: ``zstd`` when their packages are installed).
+_ACCEPT_ENCODING = "gzip, deflate"
+# A body read fails with requests' types, or with urllib3's when it cannot be decoded.
+_READ_ERRORS: Tuple[Type[BaseException], ...] = (*REQUESTS_ERRORS, DecodeError)
 
 
 def complete_once(call: ChatCall) -> Dict[str, Any]:
@@ -35,15 +43,16 @@ def complete_once(call: ChatCall) -> Dict[str, Any]:
     body arrived: retryable), ``HTTPStatusError`` (non-2xx, or an error
     object in a 200 body; a redirect is not followed: ``reason='redirect'``) and
     ``StreamProtocolError`` (``malformed_response``: not a JSON object, however it
-    fails to decode; ``response_too_large``). The budget's end raises ``Cancelled``
-    for the boundary above.
+    fails to decode; ``response_too_large``, counted after the Content-Encoding is
+    undone; ``unexpected_content_encoding``: a coding other than gzip or deflate). The
+    budget's end raises ``Cancelled`` for the boundary above.
     """
     errors = call.translator()
     try:
         response = call.session.post(
             call.url,
             json=call.body,
-            headers=call.headers,
+            headers={"Accept-Encoding": _ACCEPT_ENCODING, **call.headers},  # the caller's wins
             stream=True,
             timeout=(call.connect_timeout, None),
             allow_redirects=False,  # a POST is never replayed elsewhere, nor turned into a GET
@@ -83,24 +92,44 @@ def _text(data: bytes) -> str:
 
 
 def _read(response: requests.Response, limit: int, errors: Translator, *, partial: bool) -> bytes:
-    """The body, at most ``limit`` bytes: cut there (``partial``) or refused."""
+    """The decoded body, at most ``limit`` bytes: cut there (``partial``) or refused.
+
+    Read as sent and decoded here, step by step within the limit: urllib3 1.26
+    decodes a whole read at once, a gzip bomb's hundreds of MiB included.
+    """
     pieces: List[bytes] = []
-    size = 0
     try:
-        for piece in response.iter_content(_READ_SIZE):
-            size += len(piece)
-            if size > limit:
+        decoder = _decoder(response.headers.get("Content-Encoding", ""), limit, errors, partial)
+        for piece in raw_content(response, _READ_SIZE):
+            pieces.extend(decoder.feed(piece))
+            if decoder.over:
                 if partial:
-                    pieces.append(piece[: len(piece) - (size - limit)])
                     break
                 raise StreamProtocolError(
                     f"the completion is larger than {limit} bytes; stopped reading to bound memory",
                     reason="response_too_large",
                     **errors.fields(),
                 )
-            pieces.append(piece)
-    except REQUESTS_ERRORS as exc:
+        decoder.finish()
+    except _READ_ERRORS as exc:
         if not partial:
             raise errors.error(exc) from exc
         # An error body cut short still has its status; what arrived is enough.
     return b"".join(pieces)
+
+
+def _decoder(encoding: str, limit: int, errors: Translator, partial: bool) -> BodyDecoder:
+    """The body's decoder. A coding it cannot undo is refused; an error body, which is
+    only shown, is then read as sent."""
+    try:
+        return BodyDecoder(encoding, limit)
+    except UnknownEncoding as exc:
+        if partial:
+            return BodyDecoder("identity", limit)
+        raise StreamProtocolError(
+            f"the completion is encoded as {excerpt(encoding, 100, errors.secrets)!r}, which "
+            f"cannot be decoded ({exc.coding[:40]!r}; {_ACCEPT_ENCODING} were asked for); "
+            "check the server, or the proxy in front of it",
+            reason="unexpected_content_encoding",
+            **errors.fields(),
+        ) from exc
