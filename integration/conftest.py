@@ -1,4 +1,4 @@
-"""Fixtures for the integration tests: the unit suite's leak check, and a real nginx."""
+"""Fixtures for the integration tests: the unit suite's leak check, a real nginx, a real LiteLLM."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import pytest
 from tests.conftest import no_leaks  # the same autouse check: no threads or fds left behind
 from watchdog_sync.testing import FaultGateway
 
-__all__ = ["Nginx", "no_leaks", "nginx"]
+from .litellm_proxy import LiteLLMProxy, Routes
+
+__all__ = ["Nginx", "litellm_proxy", "nginx", "no_leaks"]
 
 _START_SECONDS = 5.0
 _STOP_SECONDS = 5.0
@@ -118,3 +120,21 @@ def nginx(fault_gateway: FaultGateway, tmp_path: pathlib.Path) -> Iterator[Nginx
         yield proxy
     finally:
         proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def litellm_proxy(
+    litellm_routes: Routes, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiteLLMProxy]:
+    """The LiteLLM proxy on 127.0.0.1 with the module's ``litellm_routes`` as its models.
+
+    One proxy per module (it takes 16-24 s to start); its FaultGateway closes every
+    connection after its response (``keep_alive=False``), so no idle upstream socket that
+    LiteLLM pools keeps a gateway thread alive between tests. Both stop after the module.
+    """
+    with FaultGateway(keep_alive=False) as gateway:
+        proxy = LiteLLMProxy(tmp_path_factory.mktemp("litellm"), gateway, litellm_routes)
+        try:
+            yield proxy
+        finally:
+            proxy.stop()
