@@ -61,6 +61,7 @@ class LiteLLMProxy:
     """
 
     def __init__(self, root: pathlib.Path, gateway: FaultGateway, routes: Routes) -> None:
+        executable = _executable()  # first: a missing install opens nothing
         self.root = root
         self.gateway = gateway
         self.upstream = {name: gateway.base_url(s, **opts) for name, (s, opts) in routes.items()}
@@ -73,7 +74,7 @@ class LiteLLMProxy:
         self._log = open(root / "litellm.log", "wb")  # noqa: SIM115 (closed in stop())
         self._proc = subprocess.Popen(
             [
-                _executable(),
+                executable,
                 "--config",
                 str(config),
                 "--host",
