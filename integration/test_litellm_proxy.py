@@ -47,6 +47,8 @@ def litellm_routes() -> Routes:
         "pings": ("pings_only", {}),
         "drip": ("slow_drip", {}),
         "cut": ("no_finish_reason", {}),
+        "stall": ("stall_after_chunks", {}),
+        "reset": ("reset_mid_stream", {}),
     }
 
 
@@ -153,6 +155,35 @@ def test_a_slow_drip_ends_at_the_deadline(litellm_proxy: LiteLLMProxy) -> None:
     (seen,) = _settled(litellm_proxy.gateway, litellm_proxy.upstream["drip"], 1, 2.0)
     assert seen.client_disconnected and seen.ended_at is not None
     assert seen.ended_at - gave_up < 1.0  # LiteLLM noticed at its next upstream chunk
+
+
+def test_a_stall_after_chunks_ends_at_the_clients_idle_limit(litellm_proxy: LiteLLMProxy) -> None:
+    """Two chunks, then silence: the idle limit ends the call, and LiteLLM lets go upstream."""
+    received = 0
+    started = time.monotonic()
+    client = _client(litellm_proxy, "stall", timeout=10, idle_timeout=1, retry=ONE_ATTEMPT)
+    with client, pytest.raises(StreamIdleTimeout) as caught, client.stream(MESSAGES) as stream:
+        for _ in stream:
+            received += 1
+    gave_up = time.monotonic()
+    assert 1.0 <= gave_up - started < 1.5
+    assert received == 2 and caught.value.chunks_received == 2
+    (seen,) = _settled(litellm_proxy.gateway, litellm_proxy.upstream["stall"], 1, 2.0)
+    assert seen.client_disconnected and seen.ended_at is not None
+
+
+def test_a_reset_mid_stream_reaches_the_client_as_an_error_event(
+    litellm_proxy: LiteLLMProxy,
+) -> None:
+    """A TCP reset after two chunks stays visible: LiteLLM ends the stream with an error
+    event (500, 'Connection error'), which the client raises after the two chunks."""
+    received = 0
+    client = _client(litellm_proxy, "reset", timeout=10, idle_timeout=5, retry=ONE_ATTEMPT)
+    with client, pytest.raises(HTTPStatusError) as caught, client.stream(MESSAGES) as stream:
+        for _ in stream:
+            received += 1
+    assert received == 2 and caught.value.status == 500
+    assert "Connection error" in str(caught.value)
 
 
 def test_litellm_turns_a_stream_cut_without_finish_reason_into_a_whole_one(
