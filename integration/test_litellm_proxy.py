@@ -1,4 +1,5 @@
-"""ChatClient through a real LiteLLM proxy whose upstream is the FaultGateway.
+"""ChatClient and the openai SDK on ``httpx_client()`` through a real LiteLLM proxy whose
+upstream is the FaultGateway.
 
 Needs the ``integration`` extra (``litellm[proxy]``; ``.ci/run`` installs it); run with
 ``pytest integration``. One proxy serves the module (see ``integration/litellm_proxy.py``):
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, List
 
+import openai
 import pytest
 
 from watchdog_sync import (
@@ -22,6 +24,8 @@ from watchdog_sync import (
     RetryPolicy,
     StreamIdleTimeout,
     StreamProtocolError,
+    deadline,
+    httpx_client,
 )
 from watchdog_sync.testing import FaultGateway, SeenRequest
 
@@ -49,6 +53,11 @@ def litellm_routes() -> Routes:
         "cut": ("no_finish_reason", {}),
         "stall": ("stall_after_chunks", {}),
         "reset": ("reset_mid_stream", {}),
+        "sdk-ok": ("ok", {"chunks": 5, "interval": 0.1}),
+        "sdk-silent": ("silent_after_200", {}),
+        "sdk-pings": ("pings_only", {}),
+        "sdk-drip": ("slow_drip", {}),
+        "sdk-cut": ("no_finish_reason", {}),
     }
 
 
@@ -204,6 +213,98 @@ def test_litellm_turns_a_stream_cut_without_finish_reason_into_a_whole_one(
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     (seen,) = litellm_proxy.gateway.requests_seen(litellm_proxy.upstream["cut"])
     assert seen.status == 200 and not seen.client_disconnected
+
+
+# -- the openai SDK with http_client=watchdog_sync.httpx_client() ---------------------------
+
+
+def _sdk(proxy: LiteLLMProxy, **limits: Any) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=proxy.base_url,
+        api_key=MASTER_KEY,
+        max_retries=0,
+        http_client=httpx_client(**limits),
+    )
+
+
+def _sdk_text(chunks: List[Any]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_sdk_a_healthy_stream_arrives_whole(litellm_proxy: LiteLLMProxy) -> None:
+    """The openai SDK on httpx_client() gets every chunk and the finish_reason through LiteLLM."""
+    with _sdk(litellm_proxy, idle_timeout=5) as client, deadline(10):
+        chunks = list(
+            client.chat.completions.create(model="sdk-ok", messages=MESSAGES, stream=True)
+        )
+    assert _sdk_text(chunks) == TEXT
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    (seen,) = litellm_proxy.gateway.requests_seen(litellm_proxy.upstream["sdk-ok"])
+    assert seen.status == 200 and not seen.client_disconnected
+
+
+@pytest.mark.parametrize("model", ["sdk-silent", "sdk-pings"])
+def test_sdk_a_silent_or_ping_only_upstream_ends_at_the_clients_first_event_limits(
+    litellm_proxy: LiteLLMProxy, model: str
+) -> None:
+    """LiteLLM forwards nothing, so httpx_client() sends the request again twice (its
+    recovery of a stream silent before its first event), then raises StreamIdleTimeout:
+    3 sends of 1 s each, and LiteLLM tries a silent upstream 3 times per send."""
+    started = time.monotonic()
+    client = _sdk(litellm_proxy, idle_timeout=1)
+    with client, deadline(10), pytest.raises(StreamIdleTimeout) as caught:
+        client.chat.completions.create(model=model, messages=MESSAGES, stream=True)
+    gave_up = time.monotonic()
+    assert 3.0 <= gave_up - started < 3.5
+    assert caught.value.chunks_received == 0
+    sends = 3
+    per_send = LITELLM_TRIES if model == "sdk-silent" else 1  # pings: no LiteLLM timeout
+    seen = _settled(
+        litellm_proxy.gateway,
+        litellm_proxy.upstream[model],
+        sends * per_send,
+        LITELLM_TRIES * STREAM_TIMEOUT + 5,
+    )
+    assert len(seen) == sends * per_send and all(s.ended_at is not None for s in seen)
+
+
+def test_sdk_a_slow_drip_ends_at_the_deadline(litellm_proxy: LiteLLMProxy) -> None:
+    """A chunk every 0.5 s never trips the idle limit; the deadline() scope ends the SDK call."""
+    received = 0
+    started = time.monotonic()
+    client = _sdk(litellm_proxy, idle_timeout=1.5)
+    with client, pytest.raises(DeadlineExceeded), deadline(2):
+        for _ in client.chat.completions.create(model="sdk-drip", messages=MESSAGES, stream=True):
+            received += 1
+    gave_up = time.monotonic()
+    assert 2.0 <= gave_up - started < 2.25
+    assert received >= 2
+    (seen,) = _settled(litellm_proxy.gateway, litellm_proxy.upstream["sdk-drip"], 1, 2.0)
+    assert seen.client_disconnected and seen.ended_at is not None
+
+
+def test_sdk_litellm_hides_a_cut_stream_from_httpx_client_too(
+    litellm_proxy: LiteLLMProxy,
+) -> None:
+    """httpx_client() raises no_finish_reason on the cut stream straight from the gateway,
+    and through LiteLLM gets a whole-looking stream ending in finish_reason 'stop'."""
+    direct = litellm_proxy.gateway.base_url("no_finish_reason")
+    client = openai.OpenAI(
+        base_url=direct,
+        api_key="sk-direct",
+        max_retries=0,
+        http_client=httpx_client(idle_timeout=5),
+    )
+    with client, deadline(10), pytest.raises(StreamProtocolError) as caught:
+        for _ in client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+            pass
+    assert caught.value.reason == "no_finish_reason"
+    with _sdk(litellm_proxy, idle_timeout=5) as client, deadline(10):
+        chunks = list(
+            client.chat.completions.create(model="sdk-cut", messages=MESSAGES, stream=True)
+        )
+    assert _sdk_text(chunks) == TEXT
+    assert chunks[-1].choices[0].finish_reason == "stop"
 
 
 def test_the_proxy_sent_nothing_through_the_environments_http_proxy(
