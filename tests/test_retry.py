@@ -648,6 +648,11 @@ def test_every_step_emits_a_structured_event(events: List[Event]) -> None:
     error = HTTPStatusError("503", status=503, retryable=True)
     retry_call(Flaky(*resets(1), error), policy=FAST, budget=fake_budget(10), stage="ev")
     mine = [e for e in events if e.stage == "ev"]
+    assert (mine[0].event, mine[-1].event) == ("call_start", "call_end")  # the call's boundary
+    assert mine[-1].call_id == mine[0].call_id and mine[-1].attempt == 3
+    assert mine[-1].reason is None and mine[-1].error_type is None
+    assert {e.call_id for e in mine} == {mine[0].call_id}
+    mine = mine[1:-1]
     assert [e.event for e in mine] == [
         "attempt_start",
         "attempt_failed",
@@ -672,6 +677,13 @@ def test_give_up_events_say_why_and_unbounded_calls_have_no_remaining(
     with pytest.raises(HTTPStatusError):
         retry_call(Flaky(HTTPStatusError("401", status=401)), stage="gu")
     mine = [e for e in events if e.stage == "gu"]
-    assert [e.event for e in mine] == ["attempt_start", "attempt_failed", "give_up"]
-    assert mine[-1].reason == "auth"
+    assert [e.event for e in mine] == [
+        "call_start",
+        "attempt_start",
+        "attempt_failed",
+        "give_up",
+        "call_end",
+    ]
+    assert mine[-2].reason == "auth"
+    assert mine[-1].error_type == "auth"  # a HTTPStatusError's reason, not its class
     assert all(e.remaining_ms is None for e in mine)

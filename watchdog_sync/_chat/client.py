@@ -15,7 +15,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core import scope as _scope
 from .._core.budget import Budget
+from .._core.calls import server_of
 from .._core.durations import Duration
+from .._core.events import event_fields
 from .._core.redact import clean_headers, clean_secret, header_secrets, safe_url
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
@@ -33,6 +35,7 @@ from .config import (
     call_timeout,
     resolve,
 )
+from .marks import chat_mark, finish_reason_of
 from .stream import ChatStream, open_stream
 
 __all__ = ["ChatClient"]
@@ -126,6 +129,7 @@ class ChatClient:
         self._propagate = check_propagate(propagate)
         self._base_url = _check_base_url(base_url)
         self._url = self._base_url + _ENDPOINT
+        self._server = server_of(self._base_url)
         self._api_key = _check_api_key(api_key)
         self._model = _check_model(model)
         self._settings = resolve(
@@ -201,8 +205,9 @@ class ChatClient:
         """
         call = self._call(messages, model, params, stream=True, first=first_event_timeout)
         active, owner, release = self._budget(timeout, budget)
+        mark = chat_mark(call, active, self._server, self._settings.idle_timeout)
         with propagating(self._propagate):
-            return open_stream(call, self._settings.retry, active, owner, release)
+            return open_stream(call, self._settings.retry, active, owner, release, mark)
 
     def complete(
         self,
@@ -241,9 +246,10 @@ class ChatClient:
         """
         call = self._call(messages, model, params, stream=False, first=CLIENT_DEFAULT)
         active, owner, release = self._budget(timeout, budget)
+        mark = chat_mark(call, active, self._server, self._settings.idle_timeout)
         try:
-            with propagating(self._propagate):
-                return run_in_call(
+            with propagating(self._propagate), event_fields(**mark.fields()):
+                result = run_in_call(
                     call,
                     active,
                     owner,
@@ -251,8 +257,13 @@ class ChatClient:
                         complete_once, call, policy=self._settings.retry, budget=active, stage=STAGE
                     ),
                 )
+        except BaseException as exc:
+            mark.end(exc)
+            raise
         finally:
             release()
+        mark.end(finish_reason=finish_reason_of(result))
+        return result
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -9,10 +9,12 @@ iterating carry ``retryable=False`` and outer retry loops leave them alone.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .._core import scope as _scope
 from .._core.budget import Budget
+from .._core.calls import CallMark
 from .._core.config import AS_IDLE
 from .._core.durations import off
 from .._core.errors import Cancelled, StreamIdleTimeout, StreamProtocolError, WatchdogError
@@ -29,6 +31,7 @@ from .errors import error_object, for_call, no_finish_reason
 __all__ = ["ChatStream", "open_stream"]
 
 _DONE = "[DONE]"
+_now = time.monotonic
 _SERVER_ID_HEADERS = ("x-request-id", "openai-request-id", "request-id")
 
 
@@ -69,6 +72,7 @@ class ChatStream:
         budget: Budget,
         owner: Budget,
         release: Callable[[], None],
+        mark: CallMark,
     ) -> None:
         self.request_id = call.request_id
         self.server_request_id: Optional[str] = None
@@ -79,7 +83,8 @@ class ChatStream:
         self._budget = budget
         self._owner = owner
         self._release = release
-        self._fields = call.fields()
+        self._mark = mark
+        self._fields = {**call.fields(), **mark.fields()}
         self._context = context_with_fields(**self._fields)
         self._parts: List[str] = []
         self._chunks = 0
@@ -87,6 +92,9 @@ class ChatStream:
         self._sse: Optional[SSEStream] = None
         self._events: Iterator[Any] = iter(())
         self._ended = False
+        self._first_at: Optional[float] = None
+        self._last_at: Optional[float] = None
+        mark.end_when_collected(self)  # a stream dropped unclosed still ends its call
 
     # -- reading -------------------------------------------------------------
 
@@ -115,7 +123,7 @@ class ChatStream:
         try:
             chunk = run(self._step)
         except Cancelled as exc:
-            run(self._failed, exc.reason)
+            run(self._failed, exc.reason, exc)
             if not _scope.owns(self._owner, exc):
                 raise  # an enclosing scope's end: that scope converts it
             raise _scope.error_for(
@@ -125,11 +133,11 @@ class ChatStream:
             if not (isinstance(exc, StreamIdleTimeout) and self.finish_reason is not None):
                 raise self._failure(exc)  # noqa: B904  (a copy of exc, with its cause)
             chunk = None  # finished, but the server kept the stream open: the answer is whole
-        except BaseException:
-            run(self._end)  # whatever broke, nothing more comes: shut the connection now
+        except BaseException as exc:
+            run(self._end, exc)  # whatever broke, nothing more comes: shut the connection now
             raise
         if chunk is None:
-            run(self._end)
+            run(self._end, None, "completed")
             raise StopIteration
         return chunk
 
@@ -185,6 +193,7 @@ class ChatStream:
         if usage:
             self.usage = usage
         self._chunks += 1
+        self._last_at = _now()
         return chunk
 
     def _malformed(self, data: str) -> StreamProtocolError:
@@ -204,19 +213,24 @@ class ChatStream:
 
     def _open(self, policy: RetryPolicy) -> None:
         """Open the stream (retried), up to and including its first chunk."""
-        opened = False
         try:
-            run_in_call(
-                self._call,
-                self._budget,
-                self._owner,
-                lambda: retry_call(self._attempt, policy=policy, budget=self._budget, stage=STAGE),
-            )
-            opened = True
-        finally:
-            if not opened:
-                self._ended = True
+            with event_fields(**self._mark.fields()):
+                run_in_call(
+                    self._call,
+                    self._budget,
+                    self._owner,
+                    lambda: retry_call(
+                        self._attempt, policy=policy, budget=self._budget, stage=STAGE
+                    ),
+                )
+        except BaseException as exc:
+            self._ended = True
+            try:
                 self._release()
+            finally:
+                self._mark.end(exc, **self._outcome())
+            raise
+        self._first_at = self._last_at
 
     def _attempt(self) -> None:
         """One attempt: a new SSE stream and its first chunk; the stream is closed on failure."""
@@ -262,7 +276,7 @@ class ChatStream:
 
     # -- ending ----------------------------------------------------------------
 
-    def _failed(self, reason: str, error: Optional[WatchdogError] = None) -> None:
+    def _failed(self, reason: str, error: BaseException) -> None:
         """A failure after the first chunk: one event, then release everything."""
         emit(
             Event(
@@ -275,9 +289,10 @@ class ChatStream:
                 transport_code=getattr(error, "transport_code", None),
             )
         )
-        self._end()
+        self._end(error)
 
-    def _end(self) -> None:
+    def _end(self, error: Optional[BaseException] = None, how: str = "closed") -> None:
+        """Shut the connection, release the budget, end the call (once); ``how`` if no error."""
         if self._ended:
             return
         self._ended = True
@@ -285,7 +300,25 @@ class ChatStream:
             if self._sse is not None:
                 self._sse.close()
         finally:
-            self._release()
+            try:
+                self._release()
+            finally:
+                self._mark.end(error, **self._outcome(how if error is None else None))
+
+    def _outcome(self, how: Optional[str] = None) -> Dict[str, Any]:
+        """What the call's end reports: chunks, finish reason, time to first and last chunk."""
+        started = self._mark.started
+        first, last = self._first_at, self._last_at
+        outcome: Dict[str, Any] = {
+            "attempt": self.attempts,
+            "chunks_received": self._chunks,
+            "finish_reason": self.finish_reason,
+            "first_byte_ms": None if first is None else (first - started) * 1000.0,
+            "last_chunk_ms": None if last is None or first is None else (last - started) * 1000.0,
+        }
+        if how is not None:
+            outcome["reason"] = how
+        return outcome
 
     def close(self) -> None:
         """Stop the stream: shut the connection and end the reader thread (idempotent).
@@ -316,8 +349,12 @@ def open_stream(
     budget: Budget,
     owner: Budget,
     release: Callable[[], None],
+    mark: CallMark,
 ) -> ChatStream:
-    """Open a :class:`ChatStream` for ``call``: returns once its first chunk arrived."""
-    stream = ChatStream(call, budget, owner, release)
+    """Open a :class:`ChatStream` for ``call``: returns once its first chunk arrived.
+
+    ``mark`` is the call's boundary for observers; it ends when the stream does.
+    """
+    stream = ChatStream(call, budget, owner, release, mark)
     stream._open(policy)
     return stream

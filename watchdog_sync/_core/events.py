@@ -13,7 +13,16 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol
 
-__all__ = ["Event", "Listener", "add_listener", "context_with_fields", "emit", "event_fields"]
+__all__ = [
+    "Event",
+    "Listener",
+    "add_listener",
+    "context_with_fields",
+    "current_field",
+    "emit",
+    "event_fields",
+    "observed",
+]
 
 _log = logging.getLogger("watchdog_sync")
 
@@ -35,6 +44,16 @@ class Event:
     chunks_received: Optional[int] = None
     first_byte_ms: Optional[float] = None
     delay_ms: Optional[float] = None
+    # Call boundaries (``call_start`` / ``call_end``, see :mod:`.calls`) and what they report.
+    call_id: Optional[int] = None
+    parent_id: Optional[int] = None
+    operation: Optional[str] = None
+    server_address: Optional[str] = None
+    server_port: Optional[int] = None
+    idle_timeout_ms: Optional[float] = None
+    finish_reason: Optional[str] = None
+    last_chunk_ms: Optional[float] = None
+    error_type: Optional[str] = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -75,6 +94,20 @@ def context_with_fields(**fields: Any) -> contextvars.Context:
     context = contextvars.copy_context()
     context.run(_FIELDS.set, {**(_FIELDS.get() or {}), **fields})
     return context
+
+
+def current_field(name: str) -> Any:
+    """The value an enclosing :func:`event_fields` block gives ``name``, or ``None``."""
+    fields = _FIELDS.get()
+    return None if fields is None else fields.get(name)
+
+
+def observed() -> bool:
+    """Whether anyone would see an event now: a listener, or the logger at DEBUG.
+
+    Lets optional events (call boundaries) cost nothing when nobody watches.
+    """
+    return bool(_listeners) or _log.isEnabledFor(logging.DEBUG)
 
 
 def add_listener(callback: Listener) -> Callable[[], None]:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Literal, Optional, Tuple,
 
 from .._core import scope as _scope
 from .._core.budget import Budget
+from .._core.calls import CallMark
 from .._core.errors import Cancelled, DeadlineExceeded, RetryExhausted, WatchdogError
-from .._core.events import Event, emit
+from .._core.events import Event, emit, event_fields
 from .._core.redact import describe
 from .budget import RetryBudget
 from .policy import RetryPolicy, checked_policy
@@ -132,14 +133,23 @@ def _call(
     policy = checked_policy(policy)
     # An entry point's scope (as _scope.entry_scope), keeping the owner for the loop's errors.
     active, owner, release = _scope.joined_budget(budget, None, stage=stage)
+    mark = CallMark("retry", budget=active, stage=stage or active.stage)
+    loop: Optional[_Loop] = None
     try:
-        with _scope.boundary(active, owner):
+        with event_fields(**mark.fields()), _scope.boundary(active, owner):
             if nested == "defer" and _IN_ATTEMPT.get():
                 active.check()
-                return fn(*args, **kwargs)  # one attempt: the outer loop decides
-            return _Loop(policy, active, owner, stage or active.stage).run(fn, args, kwargs)
+                result = fn(*args, **kwargs)  # one attempt: the outer loop decides
+            else:
+                loop = _Loop(policy, active, owner, stage or active.stage)
+                result = loop.run(fn, args, kwargs)
+    except BaseException as exc:
+        mark.end(exc, attempt=1 if loop is None else loop.attempts)
+        raise
     finally:
         release()
+    mark.end(attempt=1 if loop is None else loop.attempts)
+    return result
 
 
 class _Loop:
@@ -214,7 +224,7 @@ class _Loop:
         if retry_budget is not None and not retry_budget.try_withdraw():
             self._emit("give_up", reason="retry_budget_exhausted")
             raise self._refused(error, retry_budget) from error
-        self._emit("backoff", delay_ms=delay * 1000.0)
+        self._emit("backoff", reason=info.reason, delay_ms=delay * 1000.0)
         self.budget.sleep(delay)
 
     def _exhausted(self, error: Exception) -> RetryExhausted:

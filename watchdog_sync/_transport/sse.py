@@ -18,6 +18,7 @@ import requests
 import sseclient
 
 from .._core.budget import Budget
+from .._core.calls import CallMark, server_of
 from .._core.config import (
     AS_IDLE,
     CONNECT_TIMEOUT_UNSET,
@@ -29,6 +30,7 @@ from .._core.config import (
 )
 from .._core.durations import Duration, off
 from .._core.errors import StreamProtocolError, WatchdogError
+from .._core.events import event_fields
 from .._core.redact import clean_headers, excerpt, header_secrets, url_secrets
 from .._core.scope import current_budget, using_budget
 from .body import body_pieces
@@ -75,9 +77,16 @@ class SSEStream:
         self.headers_at: Optional[float] = None
         self.truncated = False
         self._guarded: Optional[GuardedStream[Any]] = None
+        self._mark: Optional[CallMark] = None
 
     def _attach(self, guarded: GuardedStream[Any]) -> None:
         self._guarded = guarded
+
+    def _observe(self, mark: CallMark) -> None:
+        """Report this stream's end to ``mark`` (``stream_sse``'s own call, when observed)."""
+        if mark.call_id is not None:
+            self._mark = mark
+            mark.end_when_collected(self)
 
     @property
     def stats(self) -> StreamStats:
@@ -87,16 +96,37 @@ class SSEStream:
 
     def __iter__(self) -> Iterator[Any]:
         assert self._guarded is not None
-        return iter(self._guarded)
+        return iter(self._guarded) if self._mark is None else self
 
     def __next__(self) -> Any:
         assert self._guarded is not None
-        return next(self._guarded)
+        if self._mark is None:
+            return next(self._guarded)
+        try:
+            return next(self._guarded)
+        except StopIteration:
+            self._end(None, "completed")
+            raise
+        except BaseException as exc:
+            self._end(exc, None)
+            raise
 
     def close(self) -> None:
         """Stop the stream: shut the connection and end the reader thread."""
         if self._guarded is not None:
             self._guarded.close()
+        self._end(None, "closed")
+
+    def _end(self, error: Optional[BaseException], how: Optional[str]) -> None:
+        mark = self._mark
+        if mark is None:
+            return
+        fields: Dict[str, Any] = {"status": self.status}
+        if self._guarded is not None:
+            fields["chunks_received"] = self._guarded.stats.items
+        if how is not None:
+            fields["reason"] = how
+        mark.end(error, **fields)
 
     def __enter__(self) -> SSEStream:
         return self
@@ -175,6 +205,7 @@ def stream_sse(
         connect_timeout=connect_timeout,
         budget=budget,
         max_event_bytes=max_event_bytes,
+        observe=True,
     )
 
 
@@ -191,12 +222,14 @@ def open_sse(
     budget: Optional[Budget] = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     translator: Optional[Translator] = None,
+    observe: bool = False,
 ) -> SSEStream:
     """:func:`stream_sse`, with the :class:`Translator` that builds its errors.
 
     ``translator`` (default: one that redacts the credential headers) lets a layer
     above word its status errors and fill its fields into every error built here,
-    so the error is constructed once, complete.
+    so the error is constructed once, complete. ``observe``: the stream is a call of
+    its own for observers (``call_start`` / ``call_end``), as ``stream_sse``'s are.
     """
     if session is not None and not isinstance(session, Session):
         raise TypeError(
@@ -255,15 +288,37 @@ def open_sse(
             if own_session:
                 active.close()
 
-    guarded = guard_stream(
-        events(),
-        idle_timeout=off(idle),
-        first_item_timeout=off(first) if named else AS_IDLE,
-        budget=budget,
-        on_timeout=lambda: abort.cancel("stream_stopped"),
-    )
+    mark = _mark(url, base, idle) if observe else None
+    try:
+        with event_fields(**({} if mark is None else mark.fields())):  # the reader's context
+            guarded = guard_stream(
+                events(),
+                idle_timeout=off(idle),
+                first_item_timeout=off(first) if named else AS_IDLE,
+                budget=budget,
+                on_timeout=lambda: abort.cancel("stream_stopped"),
+            )
+    except BaseException as exc:
+        if mark is not None:
+            mark.end(exc)
+        raise
     stream._attach(guarded)
+    if mark is not None:
+        stream._observe(mark)
     return stream
+
+
+def _mark(url: str, budget: Budget, idle: Optional[float]) -> CallMark:
+    """``stream_sse``'s call for observers: the server's host and port, never the path."""
+    address, port = server_of(url)
+    return CallMark(
+        "sse",
+        budget=budget,
+        stage=budget.stage or "stream",
+        server_address=address,
+        server_port=port,
+        idle_timeout_ms=None if idle is None else idle * 1000.0,
+    )
 
 
 def _open(

@@ -1,0 +1,140 @@
+"""Call boundaries for observers: ``call_start`` when a public entry point begins, ``call_end``
+once when it is over.
+
+A :class:`CallMark` gives one call of ``retry_call``, ``ChatClient.stream`` /
+``.complete`` or ``stream_sse`` an id. Events emitted inside the call carry
+that ``call_id`` (through :func:`~.events.event_fields`, so the stream's reader
+thread, which runs in a copy of the caller's context, carries it too), and a
+call started inside another one names it as ``parent_id``. A tracer builds its
+spans from these two events alone; the library never imports one.
+
+A stream's call ends when the stream does, wherever that happens: completed,
+failed, closed, or collected unclosed (a ``weakref.finalize``). Nothing is
+emitted, and no id is taken, when nobody observes events (:func:`observed`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+import urllib.parse
+import weakref
+from typing import Any, Optional, Tuple
+
+from .budget import Budget
+from .errors import Cancelled, WatchdogError
+from .events import Event, current_field, emit, observed
+
+__all__ = ["CallMark", "error_type", "server_of"]
+
+_REPEATED = ("stage", "request_id", "model")
+_ids = itertools.count(1)
+_ids_lock = threading.Lock()
+
+
+def error_type(error: BaseException) -> str:
+    """A low-cardinality name for how a call failed: our reason code, else the class name.
+
+    ``Cancelled`` gives its reason (``deadline_exceeded`` / ``cancelled``); any other
+    exception its qualified class name (``builtins.ValueError`` as ``ValueError``).
+    """
+    if isinstance(error, (WatchdogError, Cancelled)) and error.reason:
+        return str(error.reason)
+    cls = type(error)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def server_of(url: str) -> Tuple[Optional[str], Optional[int]]:
+    """The host and port ``url`` names (the scheme's default port when it names none)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None, None
+    default = {"https": 443, "http": 80}.get(parts.scheme)
+    return parts.hostname, port or default
+
+
+class CallMark:
+    """One observed call: emits ``call_start`` now and ``call_end`` at most once.
+
+    Inert (no events, ``call_id`` ``None``) when nobody observed events at the start.
+    ``end`` is thread-safe and idempotent: the first caller reports the outcome.
+    """
+
+    __slots__ = ("_budget", "_ended", "_lock", "_names", "call_id", "operation", "started")
+
+    def __init__(
+        self,
+        operation: str,
+        *,
+        budget: Optional[Budget] = None,
+        **fields: Any,
+    ) -> None:
+        self.operation = operation
+        self.started = time.monotonic()
+        self._budget = budget
+        self._lock = threading.Lock()
+        self._ended = False
+        # Repeated on call_end, which may be emitted far from the call (a collected stream).
+        self._names = {k: fields[k] for k in _REPEATED if fields.get(k) is not None}
+        self.call_id: Optional[int] = None
+        if not observed():
+            self._ended = True
+            return
+        with _ids_lock:
+            self.call_id = next(_ids)
+        emit(
+            Event(
+                "call_start",
+                call_id=self.call_id,
+                parent_id=current_field("call_id"),
+                operation=operation,
+                remaining_ms=self._remaining_ms(),
+                **fields,
+            )
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The event fields that tie events emitted inside the call to it."""
+        return {} if self.call_id is None else {"call_id": self.call_id}
+
+    def end(self, error: Optional[BaseException] = None, **fields: Any) -> None:
+        """Emit ``call_end``: ``reason`` / ``error_type`` from ``error`` when it failed.
+
+        ``fields`` add what the caller knows at the end (``reason`` for how a
+        stream ended without error, ``chunks_received``, ``finish_reason``, ...).
+        """
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+        if error is not None:
+            fields.setdefault("reason", error_type(error))
+            fields["error_type"] = error_type(error)
+        emit(
+            Event(
+                "call_end",
+                call_id=self.call_id,
+                operation=self.operation,
+                **self._names,
+                elapsed_ms=(time.monotonic() - self.started) * 1000.0,
+                remaining_ms=self._remaining_ms(),
+                **fields,
+            )
+        )
+
+    def end_when_collected(self, owner: object) -> None:
+        """End the call as ``abandoned`` when ``owner`` is collected before it ended."""
+        if not self._ended:
+            finalizer = weakref.finalize(owner, self.end, reason="abandoned")
+            finalizer.atexit = False  # type: ignore[misc]  # (a property the stubs miss)
+
+    def _remaining_ms(self) -> Optional[float]:
+        if self._budget is None:
+            return None
+        remaining = self._budget.remaining()
+        return None if math.isinf(remaining) else remaining * 1000.0
