@@ -21,9 +21,9 @@ def chat_mark(
     server: Tuple[Optional[str], Optional[int]],
     idle_timeout: Optional[float],
 ) -> CallMark:
-    """Start observing ``call`` (``operation='chat'``); the caller ends the mark."""
+    """Start observing ``call``: operation ``chat_stream`` or ``chat``; the caller ends it."""
     return CallMark(
-        "chat",
+        "chat_stream" if call.body.get("stream") else "chat",
         budget=budget,
         stage=STAGE,
         request_id=call.request_id,

@@ -1,0 +1,1 @@
+"""OpenTelemetry spans and GenAI metrics, built from the structured events (imports OTel)."""
