@@ -346,14 +346,16 @@ def test_stream_sse_and_retry_call_have_spans_of_their_own(
     assert sse.kind is SpanKind.CLIENT and attrs["watchdog_sync.ended_by"] == "completed"
     assert attrs["server.port"] == gateway.port and attrs["watchdog_sync.chunks_received"] >= 2
     assert "gen_ai.operation.name" not in attrs  # not a GenAI call of ours
-    with pytest.raises(ws.DeadlineExceeded):
-        with ws.stream_sse(
+    with (
+        pytest.raises(ws.DeadlineExceeded),
+        ws.stream_sse(
             gateway.base_url("silent_after_200") + "/chat/completions",
             json={"stream": True},
             idle_timeout=5,
             budget=ws.Budget(0.3),
-        ) as silent:
-            list(silent)
+        ) as silent,
+    ):
+        list(silent)
     failed = [s for s in otel.spans("stream_sse") if s.status.status_code is StatusCode.ERROR]
     assert len(failed) == 1 and dict(failed[0].attributes or {})["error.type"] == (
         "deadline_exceeded"
