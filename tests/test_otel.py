@@ -116,8 +116,7 @@ def test_an_ok_stream_is_one_chat_span_with_the_genai_attributes(
     assert attrs["watchdog_sync.idle_timeout"] == 120.0
     assert 0 < attrs["watchdog_sync.budget.remaining"] <= 600
     assert "error.type" not in attrs
-    assert _events(span)[0] == "watchdog_sync.attempt_start"
-    assert "watchdog_sync.first_byte" in _events(span)
+    assert _events(span) == ["watchdog_sync.attempt_start"]
 
 
 # scenario, scenario options, client options, call options, error.type, chunks delivered
@@ -182,7 +181,6 @@ def test_a_retried_429_shows_each_attempt_and_the_backoff(
         "watchdog_sync.attempt_failed",
         "watchdog_sync.backoff",
         "watchdog_sync.attempt_start",
-        "watchdog_sync.success",
     ]
     failed = span.events[1].attributes or {}
     assert failed["status"] == 429 and failed["reason"] == "rate_limited"

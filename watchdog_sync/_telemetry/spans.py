@@ -37,6 +37,9 @@ _EVENT_FIELDS = (
     "chunks_received",
     "first_byte_ms",
 )
+# The events that become span events: each attempt, its failure, each backoff, the give-up
+# (``success``, ``first_byte`` and ``stream_end`` say nothing the span's end does not).
+_SPAN_EVENTS = frozenset({"attempt_start", "attempt_failed", "backoff", "give_up"})
 _MAX_OPEN = 100_000  # open calls remembered at most (bounded memory, whatever happens)
 
 
@@ -71,7 +74,7 @@ class SpanListener:
             self._start(event)
         elif kind == "call_end":
             self._end(event)
-        elif event.call_id is not None:
+        elif event.call_id is not None and kind in _SPAN_EVENTS:
             self._during(event)
 
     # -- call_start ----------------------------------------------------------------------
