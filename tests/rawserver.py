@@ -29,8 +29,7 @@ def read_request_head(conn: socket.socket, limit: int = 65536) -> bytes:
         if not chunk:
             break
         data += chunk
-    read_request_body(conn, data)
-    return data
+    return data + read_request_body(conn, data)
 
 
 class RawServer:
@@ -179,16 +178,22 @@ class Answer:
             return self.paths.count(path)
 
 
-def read_request_body(conn: socket.socket, head: bytes) -> None:
-    """Read (and drop) the rest of a request body of Content-Length bytes."""
+def read_request_body(conn: socket.socket, head: bytes) -> bytes:
+    """Read the rest of a request body of Content-Length bytes; returns what it read.
+
+    ``head`` is what was read so far (the headers and any body bytes after them); a body
+    already complete there is not waited for again.
+    """
     headers, _, rest = head.partition(b"\r\n\r\n")
     length = 0
     for line in headers.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
             length = int(value)
-    while len(rest) < length:
+    more = b""
+    while len(rest) + len(more) < length:
         piece = conn.recv(65536)
         if not piece:
-            return
-        rest += piece
+            break
+        more += piece
+    return more
