@@ -2,33 +2,67 @@
 
 A daemon reader thread (``watchdog_sync-stream-reader``) iterates the source
 and appends items to a bounded buffer; the consumer takes whatever has
-accumulated in one batch and iterates it without locks. The consumer only
-ever waits when the buffer is empty, and then at most
+accumulated as one batch and iterates it without taking the channel lock. The
+consumer only ever waits when the buffer is empty, and then at most
 ``min(idle limit, budget remaining)``. On an idle timeout or the budget's end
 the ``on_timeout`` hook shuts the source from outside (the reader is usually
 blocked in ``recv``) and the consumer raises at once.
 
-Hand-off protocol (CPython; the GIL orders each step below):
+Shared state and what guards it (the argument holds without the GIL: no step
+below relies on the interpreter running one thread's C loop without
+interleaving the other's):
 
-- The reader moves items in rounds run in C: ``buf.extend(map(_PASS, gate, source))``
-  where ``gate`` is an iterator over a fresh list of ``room`` slots. ``map`` takes
-  a slot before each item, so a round ends after at most ``room`` items (the
-  buffer never holds more than ``max_buffered``), and it ends after the item in
-  flight as soon as somebody empties the gate list. Items appear in ``buf`` one
-  by one as the round goes.
-- The consumer, before it waits on an empty buffer, flags itself waiting,
-  empties the current gate, and looks at the buffer once more. Either it sees
-  the item, or the reader's round ends and the reader (now in Python, under the
-  lock) notifies it. While the consumer waits, the reader moves single items.
-- Ending the stream empties the gate too, and wakes a reader blocked on a full
-  buffer.
+- ``_lock`` (with its conditions ``_not_empty`` and ``_not_full``) guards every
+  flag (``_stopping``, ``_budget_ended``, ``_consumer_waiting``,
+  ``_reader_waiting``, ``_reader_done`` and the reader's outcome), the ending
+  (``_ended_by``, ``_ended_at``, ``_unblocked``) and which list ``_gate`` is.
+  Every wait and notification happens with it held.
+- ``_buf`` (a list) is touched only through single list operations, each
+  atomic (under the GIL, or the list's own lock on a free-threaded build):
+  the reader appends (``extend`` of the round), the consumer, holding
+  ``_lock``, copies and deletes the first ``count`` items it counted (they are
+  the ones copied, since the reader only ever appends). The reader sizes each
+  round to leave it at most ``max_buffered`` items.
+- ``_gate`` is the current round's list of slots: the reader takes one slot
+  before each source item; the consumer (or the ending) clears it, with
+  ``_lock`` held, to end the round before the next source item.
+- ``_current`` (the batch being consumed) is one tuple, replaced whole by the
+  consumer, so ``stats`` read from any thread see a consistent triple.
+- ``ended`` (the source's end marker) and the source are the reader's own.
 
-Tested on CPython 3.9 to 3.13 with the GIL; free-threaded builds are not covered.
+Hand-off protocol:
+
+- The reader moves items in rounds run in C: ``buf.extend(map(_PASS, gate,
+  source))``, where ``gate`` iterates a fresh list of ``room`` slots. A round
+  ends after ``room`` items, at the source's end, or before the next source
+  item once the gate is cleared. Between rounds the reader takes ``_lock``,
+  wakes a waiting consumer, waits while the buffer is full, and opens the next
+  round (one of ``room`` slots, or a single item while the consumer waits).
+- The consumer, before it waits on an empty buffer, sets ``_consumer_waiting``
+  and clears the gate (under ``_lock``), then looks at the buffer once more
+  through a slice, a list operation that takes the list's lock as the
+  reader's append does. Either it sees the item, or the reader appended it
+  after that look and so sees the cleared gate when it asks for the next slot,
+  ends the round and notifies the consumer under ``_lock`` (after its wait
+  began). No wake-up is lost.
+- While the consumer waits, the reader moves single items, each appended and
+  announced under ``_lock``: the plain condition-variable hand-off. The reader
+  that wakes the consumer clears ``_consumer_waiting`` itself, so the next item
+  already goes in a round.
+- Ending the stream clears the gate, and wakes a reader blocked on a full
+  buffer and a consumer blocked on an empty one.
+
+Tested on CPython 3.9 to 3.13 with the GIL. No free-threaded CPython (3.13t /
+3.14t) is installable on the project's machines (checked with ``pip download``
+and the Debian archive), so for free-threaded builds the rules above are the
+argument, not a test run.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
+import itertools
 import logging
 import math
 import operator
@@ -56,8 +90,9 @@ T = TypeVar("T")
 READER_THREAD_NAME = "watchdog_sync-stream-reader"
 DEFAULT_MAX_BUFFERED = 1024
 _JOIN_SECONDS = 1.0
-_NOTHING: Dict[None, Any] = {}
+_NOTHING: Dict[object, Any] = {}
 _PASS = _NOTHING.get  # _PASS(slot, item) -> item, in C: lets map() pair gate slots with items
+_islice = itertools.islice
 
 _log = logging.getLogger("watchdog_sync")
 
@@ -82,7 +117,7 @@ class Channel(Generic[T]):
         self._not_full = threading.Condition(self._lock)
         self._buf: List[T] = []
         self._max = max_buffered
-        self._gate: List[None] = []
+        self._gate: List[None] = []  # the current round's slots; cleared = closed
         self._consumer_waiting = False
         self._reader_waiting = False
         self._stopping = False
@@ -103,8 +138,8 @@ class Channel(Generic[T]):
         self._ended_at: Optional[float] = None
         self._first_at: Optional[float] = None
         self._taken = 0  # items in the batches before the current one (consumer's own)
-        # (items before, current batch, its iterator): one tuple, so that stats read
-        # from another thread see a consistent triple.
+        # (items before, batch size, the batch's countdown): one tuple, so that stats
+        # read from another thread see a consistent triple.
         self._current: Tuple[int, List[T], Iterator[T]] = (0, [], iter(()))
         self._thread: Optional[threading.Thread] = None
         # Every time of the stream (idle waits, stats, events) is on its clock.
@@ -146,13 +181,15 @@ class Channel(Generic[T]):
     def _pump(self, iterator: Iterator[T]) -> bool:
         """Move items into the buffer. True when the source ended, False when told to stop."""
         buf = self._buf
+        append = buf.append
         extend = buf.extend
         try:
             item = next(iterator)
         except StopIteration:
             return True
         self._first_at = self._now()
-        buf.append(item)
+        append(item)
+        del item
         room = self._next_round()  # hands the first item over before announcing it
         _events.emit(
             _events.Event(
@@ -161,23 +198,29 @@ class Channel(Generic[T]):
                 first_byte_ms=(self._first_at - self._created) * 1000.0,
             )
         )
+        # The source, then a marker that records its end (all in C, nothing per item).
+        ended: List[bool] = []
+        items = itertools.chain(iterator, iter(functools.partial(ended.append, True), None))
         while room >= 0:
-            if room == 0:  # the consumer waits (or little room is left): one item at a time
-                try:
-                    item = next(iterator)
-                except StopIteration:
-                    return True
-                buf.append(item)
+            if room == 0:  # the consumer waits: one item at a time, under the lock
+                for one in _islice(items, 1):
+                    self._hand_over(one)
             else:
-                gate = iter(self._gate)
-                extend(map(_PASS, gate, iterator))
-                if operator.length_hint(gate):  # slots left over: the source has ended
-                    return True
+                extend(map(_PASS, iter(self._gate), items))
+            if ended:
+                return True
             room = self._next_round()
         return False
 
+    def _hand_over(self, item: T) -> None:
+        """One item, appended and announced under the lock (while the consumer waits)."""
+        with self._lock:
+            self._buf.append(item)
+            if self._consumer_waiting:
+                self._wake_consumer()
+
     def _next_round(self) -> int:
-        """Between rounds: wake a waiting consumer, wait while full, open a new gate.
+        """Between rounds: wake a waiting consumer, wait while full, size the next round.
 
         Returns the round's size, 0 for a single step, -1 to stop.
         """
@@ -185,21 +228,24 @@ class Channel(Generic[T]):
             if self._stopping:
                 return -1
             if self._consumer_waiting and self._buf:
-                self._consumer_waiting = False
-                self._not_empty.notify()
+                self._wake_consumer()
             while len(self._buf) >= self._max:
                 self._reader_waiting = True
                 self._not_full.wait()
                 self._reader_waiting = False
                 if self._stopping:
                     return -1
-            room = self._max - len(self._buf)
-            if self._consumer_waiting or room < 2:
-                # A single step ends by itself; a gate of 1 could not tell the end of the
-                # source from a used-up gate.
+            if self._consumer_waiting:  # the gate is closed while the consumer waits
                 return 0
+            room = self._max - len(self._buf)
             self._gate = [None] * room
             return room
+
+    def _wake_consumer(self) -> None:
+        """With ``_lock`` held: the consumer has items. It stops waiting now, not when it
+        runs again, so the reader goes back to rounds at once."""
+        self._consumer_waiting = False
+        self._not_empty.notify()
 
     def _reader_exited(self, error: Optional[BaseException], completed: bool) -> None:
         with self._lock:
@@ -239,18 +285,20 @@ class Channel(Generic[T]):
     def _poll(self, wait_from: Optional[float]) -> Tuple[Optional[Iterator[T]], Optional[float]]:
         """Take the buffered batch, waiting while it is empty; ``None`` when something ended."""
         with self._lock:
+            if self._reader_waiting:  # the batch before this one was taken out: room again
+                self._not_full.notify()
             while True:
                 if self._stopping or self._budget_ended:
                     return None, wait_from
                 if any(budget.ended for budget in self._budgets):
                     return None, wait_from
-                if self._buf:
-                    buf = self._buf
-                    count = len(buf)
+                buf = self._buf
+                count = len(buf)
+                if count:
+                    # Two atomic list operations: the reader only ever appends, so the
+                    # first ``count`` items are the ones copied, whatever it does between.
                     batch = buf[:count]
                     del buf[:count]
-                    if self._reader_waiting:
-                        self._not_full.notify()
                     items = iter(batch)
                     self._current = (self._taken, batch, items)
                     return items, wait_from
@@ -268,8 +316,11 @@ class Channel(Generic[T]):
                 if timeout <= 0:
                     continue  # the budget just ended: the check above reports it
                 self._consumer_waiting = True
-                self._gate.clear()  # the reader's round ends after the item in flight
-                if not self._buf:  # an item landed before the gate closed: take it instead
+                self._gate.clear()  # the reader's round ends before its next source item
+                # Looked at again through a slice, which takes the list's own lock on a
+                # free-threaded build, as the reader's append does: either this sees the
+                # item, or the reader, after appending it, sees the cleared gate.
+                if not buf[-1:]:
                     if math.isinf(timeout):
                         self._not_empty.wait()
                     else:
