@@ -8,6 +8,7 @@ import gc
 import logging
 import random
 import socket
+import sys
 import threading
 import time
 from typing import Any, Iterator, List, Optional, Set
@@ -483,6 +484,31 @@ def test_random_interleavings_keep_order_and_lose_nothing() -> None:
                 time.sleep(0.002)  # the scenario: the consumer is busy now and then
             got.append(item)
         assert got == list(range(count))
+
+
+def test_hand_off_loses_no_item_and_no_wake_up_when_threads_switch_at_every_step() -> None:
+    """The reader's rounds and the consumer's waits interleave at the finest grain the
+    interpreter allows (a 1 us switch interval): nothing is lost, nothing stalls until the
+    idle limit (a lost wake-up would end a stream with StreamIdleTimeout)."""
+    rng = random.Random(4321)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(40):
+            count = rng.randrange(1, 300)
+            ready = threading.Event()
+
+            def trickle(count: int = count, ready: threading.Event = ready) -> Iterator[int]:
+                for i in range(count):
+                    if i % 37 == 5:
+                        ready.wait(0.001)  # the scenario: a short block, the GIL released
+                    yield i
+
+            stream = guard_stream(trickle(), idle_timeout=5, max_buffered=rng.choice([1, 2, 3, 64]))
+            assert list(stream) == list(range(count))
+            assert stream.stats.ended_by == "completed" and stream.stats.lifetime < 5
+    finally:
+        sys.setswitchinterval(interval)
 
 
 # -- the budget --------------------------------------------------------------------
