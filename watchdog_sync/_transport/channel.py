@@ -8,54 +8,16 @@ consumer only ever waits when the buffer is empty, and then at most
 the ``on_timeout`` hook shuts the source from outside (the reader is usually
 blocked in ``recv``) and the consumer raises at once.
 
-Shared state and what guards it (the argument holds without the GIL: no step
-below relies on the interpreter running one thread's C loop without
-interleaving the other's):
-
-- ``_lock`` (with its conditions ``_not_empty`` and ``_not_full``) guards every
-  flag (``_stopping``, ``_budget_ended``, ``_consumer_waiting``,
-  ``_reader_waiting``, ``_reader_done`` and the reader's outcome), the ending
-  (``_ended_by``, ``_ended_at``, ``_unblocked``) and which list ``_gate`` is.
-  Every wait and notification happens with it held.
-- ``_buf`` (a list) is touched only through single list operations, each
-  atomic (under the GIL, or the list's own lock on a free-threaded build):
-  the reader appends (``extend`` of the round), the consumer, holding
-  ``_lock``, copies and deletes the first ``count`` items it counted (they are
-  the ones copied, since the reader only ever appends). The reader sizes each
-  round to leave it at most ``max_buffered`` items.
-- ``_gate`` is the current round's list of slots: the reader takes one slot
-  before each source item; the consumer (or the ending) clears it, with
-  ``_lock`` held, to end the round before the next source item.
-- ``_current`` (the batch being consumed) is one tuple, replaced whole by the
-  consumer, so ``stats`` read from any thread see a consistent triple.
-- ``ended`` (the source's end marker) and the source are the reader's own.
-
-Hand-off protocol:
-
-- The reader moves items in rounds run in C: ``buf.extend(map(_PASS, gate,
-  source))``, where ``gate`` iterates a fresh list of ``room`` slots. A round
-  ends after ``room`` items, at the source's end, or before the next source
-  item once the gate is cleared. Between rounds the reader takes ``_lock``,
-  wakes a waiting consumer, waits while the buffer is full, and opens the next
-  round (one of ``room`` slots, or a single item while the consumer waits).
-- The consumer, before it waits on an empty buffer, sets ``_consumer_waiting``
-  and clears the gate (under ``_lock``), then looks at the buffer once more
-  through a slice, a list operation that takes the list's lock as the
-  reader's append does. Either it sees the item, or the reader appended it
-  after that look and so sees the cleared gate when it asks for the next slot,
-  ends the round and notifies the consumer under ``_lock`` (after its wait
-  began). No wake-up is lost.
-- While the consumer waits, the reader moves single items, each appended and
-  announced under ``_lock``: the plain condition-variable hand-off. The reader
-  that wakes the consumer clears ``_consumer_waiting`` itself, so the next item
-  already goes in a round.
-- Ending the stream clears the gate, and wakes a reader blocked on a full
-  buffer and a consumer blocked on an empty one.
-
-Tested on CPython 3.9 to 3.13 with the GIL. No free-threaded CPython (3.13t /
-3.14t) is installable on the project's machines (checked with ``pip download``
-and the Debian archive), so for free-threaded builds the rules above are the
-argument, not a test run.
+Who guards what (the full argument, which holds without the GIL, is in
+docs/architecture.md, "The stream hand-off"): ``_lock`` guards every flag, the
+ending and which list ``_gate`` is, and every wait and notification; ``_buf``
+changes only by single list operations (the reader appends, the consumer
+copies then deletes the first ``count`` items it counted under ``_lock``);
+``_gate`` is the reader's current round of slots, which the consumer clears
+before it waits and then looks at the buffer again through a locked list
+operation, so either it sees the item or the reader sees the cleared gate
+right after appending it and wakes the consumer under ``_lock``. No
+free-threaded CPython is installable here, so that build is argued, not tested.
 """
 
 from __future__ import annotations
