@@ -3,20 +3,120 @@
 http.client's ``read1`` returns at most one HTTP chunk per call, so a burst
 of small chunked events costs a read (and a hand-off between threads) per
 event. :func:`body_pieces` reads the socket's buffered reader directly and
-decodes the framing itself: one read returns every event that has arrived,
-chunked, sized or close-delimited alike, and never waits for more than is
-there.
+decodes the framing itself with a :class:`BodyDecoder`: one read returns
+every event that has arrived, chunked, sized or close-delimited alike, and
+never waits for more than is there. The shared stream reader feeds the same
+decoder with the bytes of non-blocking reads.
 """
 
 from __future__ import annotations
 
 import http.client
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional
 
-__all__ = ["body_pieces"]
+__all__ = ["BodyDecoder", "body_pieces", "decoder_for"]
 
 _READ_SIZE = 65536
 _MAX_SIZE_LINE = 1024
+
+
+class BodyDecoder:
+    """Incremental decoder of one body's framing: ``feed`` raw bytes, get payload bytes.
+
+    ``done`` turns true at the body's end (the last chunk, or ``length`` bytes);
+    bytes fed after it are ignored. :meth:`eof` says whether the connection may
+    end here.
+    """
+
+    __slots__ = ("_buffer", "_chunk_left", "_chunked", "_left", "_need_crlf", "done")
+
+    def __init__(self, *, chunked: bool, length: Optional[int]) -> None:
+        self._chunked = chunked
+        self._left = None if chunked else length  # sized: bytes still to come
+        self._buffer = b""
+        self._chunk_left = 0  # chunked: bytes of chunk data still to come
+        self._need_crlf = False  # chunked: the CRLF after a chunk's data
+        self.done = self._left == 0
+
+    def wanted(self) -> int:
+        """How many bytes to read next without reading past a sized body."""
+        return _READ_SIZE if self._left is None else min(self._left, _READ_SIZE)
+
+    def feed(self, data: bytes) -> bytes:
+        """The payload that ``data`` completes (possibly ``b""``).
+
+        Raises:
+            http.client.HTTPException: the chunked framing is malformed.
+        """
+        if self.done:
+            return b""
+        if not self._chunked:
+            if self._left is None:
+                return data
+            data = data[: self._left]
+            self._left -= len(data)
+            self.done = self._left == 0
+            return data
+        buf = self._buffer + data if self._buffer else data
+        pos, end_of = 0, len(buf)
+        chunk_left, need_crlf = self._chunk_left, self._need_crlf
+        out: List[bytes] = []
+        while True:
+            if chunk_left:
+                take = min(chunk_left, end_of - pos)
+                if not take:
+                    break
+                out.append(buf[pos : pos + take])
+                pos += take
+                chunk_left -= take
+                need_crlf = not chunk_left
+            elif need_crlf:
+                if end_of - pos < 2:
+                    break
+                if buf[pos : pos + 2] != b"\r\n":
+                    raise http.client.HTTPException("chunked body: missing CRLF after a chunk")
+                pos += 2
+                need_crlf = False
+            else:
+                end = buf.find(b"\n", pos)
+                if end < 0:
+                    if end_of - pos > _MAX_SIZE_LINE:
+                        raise http.client.HTTPException("chunked body: chunk-size line too long")
+                    break
+                line = buf[pos:end].split(b";", 1)[0].strip()
+                pos = end + 1
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    raise http.client.HTTPException(
+                        f"chunked body: bad chunk size {line[:20]!r}"
+                    ) from None
+                if size < 0:
+                    raise http.client.HTTPException("chunked body: negative chunk size")
+                if size == 0:  # last chunk; trailers are not needed for events
+                    self.done = True
+                    pos = end_of
+                    break
+                chunk_left = size
+        self._buffer = buf[pos:]  # at most a chunk-size line or a CRLF
+        self._chunk_left, self._need_crlf = chunk_left, need_crlf
+        return b"".join(out)
+
+    def eof(self) -> None:
+        """The connection ended: fine for a close-delimited or finished body.
+
+        Raises:
+            http.client.IncompleteRead: the body was cut short.
+        """
+        if self.done or (not self._chunked and self._left is None):
+            return
+        left = self._chunk_left if self._chunked else self._left
+        raise http.client.IncompleteRead(b"", left)
+
+
+def decoder_for(response: http.client.HTTPResponse) -> BodyDecoder:
+    """The decoder of ``response``'s body framing (headers already read)."""
+    return BodyDecoder(chunked=bool(response.chunked), length=response.length)
 
 
 def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
@@ -29,76 +129,16 @@ def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
     fp: Optional[Any] = response.fp
     if fp is None:
         return iter(())
-    if response.chunked:
-        return _chunked(fp)
-    if response.length is not None:
-        return _sized(fp, response.length)
-    return _until_eof(fp)
+    return _pieces(fp, decoder_for(response))
 
 
-def _until_eof(fp: Any) -> Iterator[bytes]:
-    while True:
-        data = fp.read1(_READ_SIZE)
+def _pieces(fp: Any, decoder: BodyDecoder) -> Iterator[bytes]:
+    feed = decoder.feed
+    while not decoder.done:
+        data = fp.read1(decoder.wanted())
         if not data:
+            decoder.eof()
             return
-        yield data
-
-
-def _sized(fp: Any, length: int) -> Iterator[bytes]:
-    left = length
-    while left > 0:
-        data = fp.read1(min(left, _READ_SIZE))
-        if not data:
-            raise http.client.IncompleteRead(b"", left)
-        left -= len(data)
-        yield data
-
-
-def _chunked(fp: Any) -> Iterator[bytes]:
-    buffer = bytearray()
-    chunk_left = 0  # bytes of chunk data still to come
-    need_crlf = False  # the CRLF after a chunk's data
-    while True:
-        out = []
-        while True:
-            if chunk_left:
-                if not buffer:
-                    break
-                take = min(chunk_left, len(buffer))
-                out.append(bytes(buffer[:take]))
-                del buffer[:take]
-                chunk_left -= take
-                need_crlf = chunk_left == 0
-            elif need_crlf:
-                if len(buffer) < 2:
-                    break
-                if buffer[:2] != b"\r\n":
-                    raise http.client.HTTPException("chunked body: missing CRLF after a chunk")
-                del buffer[:2]
-                need_crlf = False
-            else:
-                end = buffer.find(b"\n")
-                if end < 0:
-                    if len(buffer) > _MAX_SIZE_LINE:
-                        raise http.client.HTTPException("chunked body: chunk-size line too long")
-                    break
-                line = bytes(buffer[:end]).split(b";", 1)[0].strip()
-                del buffer[: end + 1]
-                try:
-                    chunk_left = int(line, 16)
-                except ValueError:
-                    raise http.client.HTTPException(
-                        f"chunked body: bad chunk size {line[:20]!r}"
-                    ) from None
-                if chunk_left < 0:
-                    raise http.client.HTTPException("chunked body: negative chunk size")
-                if chunk_left == 0:  # last chunk; trailers are not needed for events
-                    if out:
-                        yield b"".join(out)
-                    return
-        if out:
-            yield b"".join(out)
-        data = fp.read1(_READ_SIZE)
-        if not data:
-            raise http.client.IncompleteRead(b"", chunk_left)
-        buffer += data
+        piece = feed(data)
+        if piece:
+            yield piece
