@@ -19,17 +19,32 @@ from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
+from watchdog_sync._transport.body import BodyDecoder as FramingDecoder
 from watchdog_sync._transport.body import body_pieces
 from watchdog_sync._transport.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
+from watchdog_sync._transport.engine import SHARED_READER_THREAD_NAME
 from watchdog_sync._transport.framing import EventFramer
 from watchdog_sync._transport.http import _GUARD_ATTR, _ConnectionGuard, clip_timeout
 from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
-from watchdog_sync._transport.sse import _chunks, _FramedSSEClient
+from watchdog_sync._transport.sse import SSEStream
+from watchdog_sync._transport.sse_feed import _chunks, _FramedSSEClient
+from watchdog_sync._transport.stream import DEFAULT_MAX_BUFFERED
+
+
+def buffered_events(stream: SSEStream) -> int:
+    """How many events wait in ``stream``'s buffer for its consumer."""
+    guarded = stream._guarded
+    assert guarded is not None
+    return len(guarded._channel._buf)
+
 
 __all__ = [
+    "DEFAULT_MAX_BUFFERED",
     "MAX_LAYERS",
     "MAX_RESPONSE_BYTES",
     "SCENARIOS",
+    "SHARED_READER_THREAD_NAME",
+    "FramingDecoder",
     "_GUARD_ATTR",
     "BodyDecoder",
     "EventFramer",
@@ -39,6 +54,7 @@ __all__ = [
     "_Loop",
     "_chunks",
     "body_pieces",
+    "buffered_events",
     "clip_timeout",
     "config_module",
     "context_with_fields",

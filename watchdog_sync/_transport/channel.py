@@ -54,7 +54,6 @@ DEFAULT_MAX_BUFFERED = 1024
 _JOIN_SECONDS = 1.0
 _NOTHING: Dict[object, Any] = {}
 _PASS = _NOTHING.get  # _PASS(slot, item) -> item, in C: lets map() pair gate slots with items
-_islice = itertools.islice
 
 _log = logging.getLogger("watchdog_sync")
 
@@ -165,7 +164,7 @@ class Channel(Generic[T]):
         items = itertools.chain(iterator, iter(functools.partial(ended.append, True), None))
         while room >= 0:
             if room == 0:  # the consumer waits: one item at a time, under the lock
-                for one in _islice(items, 1):
+                for one in itertools.islice(items, 1):
                     self._hand_over(one)
             else:
                 extend(map(_PASS, iter(self._gate), items))
@@ -203,9 +202,11 @@ class Channel(Generic[T]):
             self._gate = [None] * room
             return room
 
+    def _room_again(self) -> None:  # with ``_lock`` held; a fed channel resumes its feeder
+        self._not_full.notify()
+
     def _wake_consumer(self) -> None:
-        """With ``_lock`` held: the consumer has items. It stops waiting now, not when it
-        runs again, so the reader goes back to rounds at once."""
+        """With ``_lock`` held: the consumer stops waiting now, so rounds resume at once."""
         self._consumer_waiting = False
         self._not_empty.notify()
 
@@ -248,7 +249,7 @@ class Channel(Generic[T]):
         """Take the buffered batch, waiting while it is empty; ``None`` when something ended."""
         with self._lock:
             if self._reader_waiting:  # the batch before this one was taken out: room again
-                self._not_full.notify()
+                self._room_again()
             while True:
                 if self._stopping or self._budget_ended:
                     return None, wait_from

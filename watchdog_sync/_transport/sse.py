@@ -1,24 +1,22 @@
 """stream_sse: Server-Sent Events over a hard-bounded Session, guarded by the idle watchdog.
 
-The request, the reads and the parsing all run in the guarded stream's reader
-thread: the consumer only receives finished ``sseclient.Event`` objects. Only
-events with data count as activity; SSE comments (``: keep-alive``) and
-data-less events do not, so a gateway that only pings still times out.
+The request runs in the consumer's thread at its first ``next()``; after the
+headers, the socket goes to the one shared reader (``engine.py``), which
+reads every stream's socket without blocking, decodes, frames and parses the
+events and hands each stream its own (``sse_feed.py``): the consumer only
+receives finished ``sseclient.Event`` objects. Only events with data count as
+activity; SSE comments (``: keep-alive``) and data-less events do not, so a
+gateway that only pings still times out.
 """
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import time
 import weakref
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional
-
-import requests
-import sseclient
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from .._core.budget import Budget
 from .._core.calls import CallMark, server_of
+from .._core.clock import MONOTONIC
 from .._core.config import (
     AS_IDLE,
     CONNECT_TIMEOUT_UNSET,
@@ -28,36 +26,20 @@ from .._core.config import (
     first_limit,
     idle_setting,
 )
-from .._core.durations import Duration, off
-from .._core.errors import StreamProtocolError, WatchdogError
+from .._core.durations import Duration, idle_limit, off
 from .._core.events import event_fields
-from .._core.redact import clean_headers, excerpt, header_secrets, url_secrets
-from .._core.scope import current_budget, using_budget
-from .body import body_pieces
+from .._core.redact import clean_headers, header_secrets, url_secrets
+from .._core.scope import current_budget
+from . import engine, sse_feed
+from .fed import fed_stream
 from .framing import EventFramer
 from .http import Session
-from .redirect import FOLLOWED_METHODS, is_redirect
-from .stream import GuardedStream, StreamStats, guard_stream
-from .translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
+from .stream import DEFAULT_MAX_BUFFERED, GuardedStream, StreamStats, _budgets_to_watch
+from .translate import Translator
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "open_sse", "stream_sse"]
 
 DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
-_ERROR_BODY_LIMIT = 4096
-_PLAIN = Translator()
-
-
-class _FramedSSEClient(sseclient.SSEClient):
-    """sseclient-py's field parser over events our framer already split and bounded.
-
-    sseclient's own ``_read`` re-splits and re-joins every event line by line
-    (unbounded, and quadratic on long lines); our framer did that work already.
-    """
-
-    _event_source: Iterator[bytes]
-
-    def _read(self) -> Iterator[bytes]:
-        return self._event_source
 
 
 class SSEStream:
@@ -65,7 +47,7 @@ class SSEStream:
 
     Iterate it (or call ``next``) for ``sseclient.Event`` objects; use it as a
     context manager or call :meth:`close` to stop early (the connection is shut
-    and the reader thread ends). ``status`` and ``headers`` are set once the
+    and the shared reader lets it go). ``status`` and ``headers`` are set once the
     response headers arrived; ``truncated`` is true when the stream ended in the
     middle of an event (that half event is not delivered); ``headers_at`` is the
     ``time.monotonic()`` at which the response headers arrived.
@@ -112,7 +94,7 @@ class SSEStream:
             raise
 
     def close(self) -> None:
-        """Stop the stream: shut the connection and end the reader thread."""
+        """Stop the stream: shut the connection; the shared reader lets it go."""
         if self._guarded is not None:
             self._guarded.close()
         self._end(None, "closed")
@@ -173,9 +155,9 @@ def stream_sse(
         connect_timeout: cap on establishing the connection (default:
             ``WATCHDOG_SYNC_CONNECT_TIMEOUT`` or 10 s, read at each call). ``inf``:
             off; ``0`` or less: ``ValueError``. ``None`` still means the default
-            (deprecated: leave it out; ``None`` will mean off). A connect in
-            progress cannot be shut from outside, so this also bounds how long
-            the reader thread lingers after an early stop during connect.
+            (deprecated: leave it out; ``None`` will mean off). The connect runs
+            in the consumer's thread at the first ``next()`` and cannot be shut
+            from outside, so it is also cut to the first-event limit and the budget.
         budget: the budget the stream runs under (with the current scope's: the
             tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
@@ -263,40 +245,39 @@ def open_sse(
     # without close()) is collected, and the guard then shuts the connection.
     stream_ref = weakref.ref(stream)
 
-    def events() -> Iterator[Any]:
-        own_session = session is None
-        active = Session() if session is None else session
-        try:
-            with using_budget(abort):
-                response = _open(active, method, url, json, request_headers, connect, errors)
-                current = stream_ref()
-                if current is not None:
-                    current.headers_at = time.monotonic()
-                    current.status = response.status_code
-                    current.headers = dict(response.headers)
-                del current
-                try:
-                    _check_response(response, method, errors)
-                    chunks = _chunks(response, framer, stream_ref, abort, errors)
-                    try:
-                        yield from _FramedSSEClient(chunks).events()
-                    except UnicodeDecodeError as exc:  # sseclient decodes each event
-                        raise errors.error(exc) from exc
-                finally:
-                    response.close()
-        finally:
-            if own_session:
-                active.close()
+    feeds: List[Any] = []
 
+    def stop() -> None:
+        abort.cancel("stream_stopped")
+        for feed in feeds:
+            engine.kick(feed)  # a paused socket is watched again, so its shutdown is seen
+
+    idle_c = idle_limit(off(idle), "idle_timeout")
     mark = _mark(url, base, idle) if observe else None
     try:
-        with event_fields(**({} if mark is None else mark.fields())):  # the reader's context
-            guarded = guard_stream(
-                events(),
-                idle_timeout=off(idle),
-                first_item_timeout=off(first) if named else AS_IDLE,
-                budget=budget,
-                on_timeout=lambda: abort.cancel("stream_stopped"),
+        with event_fields(**({} if mark is None else mark.fields())):  # the stream's context
+            guarded: GuardedStream[Any] = fed_stream(
+                sse_feed.opener(
+                    session=session,
+                    method=method,
+                    url=url,
+                    body=json,
+                    headers=request_headers,
+                    connect=connect,
+                    errors=errors,
+                    framer=framer,
+                    stream_ref=stream_ref,
+                    abort=abort,
+                    feeds=feeds,
+                ),
+                idle=idle_c,
+                first=first_limit(off(first) if named else AS_IDLE, idle_c, "first_item_timeout"),
+                first_named=named,
+                budgets=_budgets_to_watch(budget),
+                explicit=budget,
+                on_timeout=stop,
+                max_buffered=DEFAULT_MAX_BUFFERED,
+                clock=MONOTONIC,
             )
     except BaseException as exc:
         if mark is not None:
@@ -319,102 +300,3 @@ def _mark(url: str, budget: Budget, idle: Optional[float]) -> CallMark:
         server_port=port,
         idle_timeout_ms=None if idle is None else idle * 1000.0,
     )
-
-
-def _open(
-    session: Session,
-    method: str,
-    url: str,
-    body: Any,
-    headers: Mapping[str, str],
-    connect: Optional[float],
-    translator: Translator,
-) -> requests.Response:
-    follow = str(method).upper() in FOLLOWED_METHODS  # a POST is never replayed elsewhere
-    try:
-        return session.request(
-            method,
-            url,
-            json=body,
-            headers=headers,
-            stream=True,
-            timeout=(connect, None),
-            allow_redirects=follow,
-        )
-    except REQUESTS_ERRORS as exc:
-        raise translator.error(exc) from exc
-
-
-def _check_response(response: requests.Response, method: str, translator: Translator) -> None:
-    status = response.status_code
-    if is_redirect(response):
-        raise translator.redirect_error(response, str(method).upper())
-    if not 200 <= status < 300:
-        body = _read_error_body(response)
-        raise translator.status_error(status, response.reason or "", body, response.headers)
-    content_type = response.headers.get("Content-Type", "")
-    if not content_type.lower().startswith("text/event-stream"):
-        raise StreamProtocolError(
-            f"expected an event stream (text/event-stream) but the server answered "
-            f"{excerpt(content_type, 100, translator.secrets) or 'with no Content-Type'}; check the URL and "
-            "that the request asks for streaming",
-            reason="unexpected_content_type",
-            **translator.fields(),
-        )
-    encoding = response.headers.get("Content-Encoding", "identity").lower()
-    if encoding not in ("", "identity"):
-        raise StreamProtocolError(
-            f"the event stream is compressed ({excerpt(encoding, 100, translator.secrets)}) although "
-            "identity was asked for",
-            reason="unexpected_content_encoding",
-            **translator.fields(),
-        )
-
-
-def _read_error_body(response: requests.Response) -> str:
-    data = b""
-    with contextlib.suppress(*RAW_READ_ERRORS):
-        for piece in body_pieces(_http_response(response)):
-            data += piece
-            if len(data) >= _ERROR_BODY_LIMIT:
-                break
-    return data[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")  # redacted where it is shown
-
-
-def _http_response(response: requests.Response) -> http.client.HTTPResponse:
-    """The http.client response under urllib3, whose body we read ourselves."""
-    raw = getattr(response.raw, "_fp", None)
-    if not isinstance(raw, http.client.HTTPResponse):
-        raise WatchdogError(
-            "this urllib3 version hides the raw response; watchdog_sync needs urllib3 1.26 or 2.x",
-            reason="unsupported_urllib3",
-        )
-    return raw
-
-
-def _chunks(
-    response: requests.Response,
-    framer: EventFramer,
-    stream_ref: Callable[[], Optional[SSEStream]],
-    abort: Budget,
-    translator: Translator = _PLAIN,
-) -> Iterator[bytes]:
-    """Complete events as they arrive; raise TransportError on a broken connection."""
-    pieces = body_pieces(_http_response(response))
-    feed = framer.feed
-    check = framer.check
-    while True:
-        try:
-            piece = next(pieces, None)
-        except RAW_READ_ERRORS as exc:
-            abort.check()  # shut from outside on purpose: not a transport failure
-            raise translator.error(exc) from exc
-        if piece is None:
-            break
-        abort.check()  # stopped from outside: do not parse what was already queued
-        yield from feed(piece)
-        check()  # a too-large event after the ones just delivered
-    abort.check()  # an EOF caused by our own shutdown is not a clean end
-    stream = stream_ref()
-    if stream is not None:
-        stream.truncated = framer.truncated()

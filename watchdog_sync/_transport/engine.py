@@ -1,0 +1,219 @@
+"""The shared stream reader: one thread waits on every socket-backed stream's socket.
+
+Each stream's socket is registered with one ``selectors`` selector. When it is
+readable, the reader takes what has arrived without blocking (a few reads at
+most, so that no stream starves the others), decodes the body framing, frames
+and parses the events and offers them to the stream's channel. A full channel
+pauses its socket (it is unregistered until the consumer takes a batch). The
+thread exits once no stream is left (a new one starts on demand) and a child
+after ``os.fork()`` starts its own.
+
+TLS: a non-blocking ``SSLSocket`` raises ``SSLWantReadError`` when a record is
+incomplete, and may hold decrypted bytes (``pending()``) that ``select`` does
+not see: a stream whose read budget ran out with bytes pending stays on the
+ready list and is served again without waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import socket
+import ssl
+import threading
+from typing import Any, Callable, List, Optional, Set, Tuple
+
+from .._core.errors import Cancelled
+
+_log = logging.getLogger("watchdog_sync")
+
+__all__ = ["SHARED_READER_THREAD_NAME", "Feed", "add", "kick"]
+
+SHARED_READER_THREAD_NAME = "watchdog_sync-shared-reader"
+
+_READ_SIZE = 65536
+_READS_PER_TURN = 16
+_LINGER = 0.05  # an idle reader waits this long for a new stream before it exits
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+class Feed:
+    """One stream's socket, its decoder (``take``) and how it ends (``end``).
+
+    ``take(data)`` handles one read's bytes and returns False when the stream's
+    buffer is full or the body ended (``self.finished``); ``end(error)`` is
+    called once, on the reader thread, when the socket is done.
+    """
+
+    __slots__ = ("end", "finished", "flush", "paused", "sock", "take", "tls", "watched")
+
+    def __init__(
+        self,
+        sock: Any,
+        take: Callable[[bytes], bool],
+        end: Callable[[Optional[BaseException], bool], None],
+        flush: Callable[[], None],
+    ) -> None:
+        self.sock = sock
+        self.take = take
+        self.end = end
+        self.flush = flush
+        self.finished = False
+        self.paused = False
+        self.watched = False
+        self.tls = isinstance(sock, ssl.SSLSocket)
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._ops: List[Tuple[str, Feed]] = []
+        self._feeds: Set[Feed] = set()
+        self._ready: Set[Feed] = set()
+        self._thread = threading.Thread(
+            target=self._run, name=SHARED_READER_THREAD_NAME, daemon=True
+        )
+
+    def post(self, op: str, feed: Feed) -> None:
+        """With ``_lock`` held."""
+        self._ops.append((op, feed))
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def _run(self) -> None:
+        try:
+            while self._turn():
+                pass
+        finally:
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _turn(self) -> bool:
+        global _reader
+        if not self._feeds and not self._ready:
+            self._selector.select(_LINGER)  # a new stream's wake-up ends this early
+            with _lock:
+                if not self._ops:
+                    if _reader is self:
+                        _reader = None
+                    return False
+        timeout = 0.0 if self._ready else None
+        for key, _ in self._selector.select(timeout):
+            if key.data is None:
+                with contextlib.suppress(OSError):
+                    self._wake_r.recv(4096)
+            else:
+                self._ready.add(key.data)
+        with _lock:
+            ops, self._ops = self._ops, []
+        for op, feed in ops:
+            if op == "add":
+                self._feeds.add(feed)
+                self._ready.add(feed)  # bytes may have arrived before it was watched
+            elif feed in self._feeds and feed.paused:
+                feed.paused = False
+                self._ready.add(feed)
+        ready, self._ready = self._ready, set()
+        for feed in ready:
+            if feed in self._feeds:
+                self._serve(feed)
+        for feed in ready:  # wake the consumers only now: see FedChannel.flush
+            feed.flush()
+        return True
+
+    def _serve(self, feed: Feed) -> None:
+        sock = feed.sock
+        for _ in range(_READS_PER_TURN):
+            try:
+                data = sock.recv(_READ_SIZE)
+            except _WOULD_BLOCK:
+                self._watch(feed)
+                return
+            except OSError as exc:
+                self._finish(feed, exc)
+                return
+            if not data:
+                self._finish(feed, None, eof=True)
+                return
+            try:
+                more = feed.take(data)
+            except (Exception, Cancelled) as exc:  # decoding, framing, or stopped: its error
+                self._finish(feed, exc)
+                return
+            if feed.finished:
+                self._finish(feed, None)
+                return
+            if not more:
+                feed.paused = True
+                self._unwatch(feed)
+                return
+            # A short read took what the kernel had; TLS may still hold decrypted bytes
+            # that select() cannot see.
+            if len(data) < _READ_SIZE and not (feed.tls and sock.pending()):
+                self._watch(feed)
+                return
+        self._ready.add(feed)  # the read budget ran out: more may be there
+
+    def _watch(self, feed: Feed) -> None:
+        if feed.watched:
+            return
+        try:
+            self._selector.register(feed.sock, selectors.EVENT_READ, feed)
+        except (OSError, ValueError) as exc:  # closed from outside
+            self._finish(feed, exc)
+            return
+        feed.watched = True
+
+    def _unwatch(self, feed: Feed) -> None:
+        if feed.watched:
+            feed.watched = False
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self._selector.unregister(feed.sock)
+
+    def _finish(self, feed: Feed, error: Optional[BaseException], eof: bool = False) -> None:
+        self._unwatch(feed)
+        self._feeds.discard(feed)
+        try:
+            feed.end(error, eof)
+        except Exception:
+            _log.exception("watchdog_sync: ending a stream on the shared reader raised; ignored")
+
+
+_lock = threading.Lock()
+_reader: Optional[_Reader] = None
+
+
+def add(feed: Feed) -> None:
+    """Watch ``feed``'s socket (already non-blocking) on the shared reader."""
+    global _reader
+    with _lock:
+        reader = _reader
+        if reader is None:
+            reader = _reader = _Reader()
+            reader._thread.start()
+        reader.post("add", feed)
+
+
+def kick(feed: Feed) -> None:
+    """Serve ``feed`` again: it was paused (room again) or its socket was shut."""
+    with _lock:
+        reader = _reader
+        if reader is not None:
+            reader.post("resume", feed)
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _reader
+    _lock = threading.Lock()
+    _reader = None  # the parent's thread does not exist here; its sockets are the parent's
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
