@@ -1,23 +1,20 @@
 """The channel between a guarded stream's reader thread and its consumer.
 
 A daemon reader thread (``watchdog_sync-stream-reader``) iterates the source
-and appends items to a bounded buffer; the consumer takes whatever has
-accumulated as one batch and iterates it without taking the channel lock. The
-consumer only ever waits when the buffer is empty, and then at most
-``min(idle limit, budget remaining)``. On an idle timeout or the budget's end
-the ``on_timeout`` hook shuts the source from outside (the reader is usually
-blocked in ``recv``) and the consumer raises at once.
+into a bounded buffer; the consumer takes what has accumulated as one batch
+and iterates it without the channel lock. It only waits on an empty buffer,
+at most ``min(idle limit, budget remaining)``. On an idle timeout or the
+budget's end ``on_timeout`` shuts the source from outside (the reader is
+usually blocked in ``recv``) and the consumer raises at once.
 
 Who guards what (the full argument, which holds without the GIL, is in
 docs/architecture.md, "The stream hand-off"): ``_lock`` guards every flag, the
-ending and which list ``_gate`` is, and every wait and notification; ``_buf``
-changes only by single list operations (the reader appends, the consumer
-copies then deletes the first ``count`` items it counted under ``_lock``);
-``_gate`` is the reader's current round of slots, which the consumer clears
-before it waits and then looks at the buffer again through a locked list
-operation, so either it sees the item or the reader sees the cleared gate
-right after appending it and wakes the consumer under ``_lock``. No
-free-threaded CPython is installable here, so that build is argued, not tested.
+ending, which list ``_gate`` is, every wait and notification; ``_buf`` changes
+only by single list operations (the reader appends; the consumer, under
+``_lock``, copies then deletes the ``count`` items it counted); the consumer
+clears ``_gate`` before it waits, then looks at the buffer again through a
+locked list operation: it sees the item, or the reader sees the cleared gate
+right after appending it and wakes it. (No free-threaded build here: argued.)
 """
 
 from __future__ import annotations
