@@ -5,6 +5,8 @@ environment parsers, ...) import them from here, never from a private module
 path, so that moving a module inside the package changes this file only.
 """
 
+from typing import Any, Iterator
+
 from watchdog_sync._chat.complete import MAX_RESPONSE_BYTES
 from watchdog_sync._cli.demo import SCENARIOS, run_demo
 from watchdog_sync._cli.probe import suggest_idle_timeout
@@ -27,8 +29,22 @@ from watchdog_sync._transport.framing import EventFramer
 from watchdog_sync._transport.http import _GUARD_ATTR, _ConnectionGuard, clip_timeout
 from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
 from watchdog_sync._transport.sse import SSEStream
-from watchdog_sync._transport.sse_feed import _chunks, _FramedSSEClient
+from watchdog_sync._transport.sse_feed import _FramedSSEClient, _http_response
 from watchdog_sync._transport.stream import DEFAULT_MAX_BUFFERED
+
+
+def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> Iterator[bytes]:
+    """The complete events of ``response``'s body, as the shared reader frames each read:
+    the body decoder, then the framer (its held-back error right after the events before
+    it), then, at the end, ``truncated`` set on the stream."""
+    for piece in body_pieces(_http_response(response)):
+        abort.check()
+        yield from framer.feed(piece)
+        framer.check()
+    abort.check()
+    stream = stream_ref()
+    if stream is not None:
+        stream.truncated = framer.truncated()
 
 
 def buffered_events(stream: SSEStream) -> int:

@@ -295,3 +295,23 @@ def test_the_first_event_limit_counts_from_the_first_next_when_the_request_goes_
         stream = stream_sse(server.url, idle_timeout=5, first_event_timeout=0.2)
         time.sleep(0.3)  # the scenario: the caller sets up for longer than the limit
         assert numbers(stream) == [0]
+
+
+def test_a_kept_alive_connection_serves_the_next_stream_of_the_same_session() -> None:
+    """A stream read to its end over a keep-alive connection leaves that connection fit
+    for the next request (back to blocking, nothing of the body left), or it is
+    discarded; either way the session's next stream works."""
+    served: List[int] = []
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        for n in range(2):  # two requests on this connection, if the client reuses it
+            if not read_request_head(conn):
+                return
+            conn.sendall(HEAD + chunk(event(n)) + b"0\r\n\r\n")
+            served.append(n)
+
+    with RawServer(handler) as server, ws.Session() as session:
+        first = numbers(stream_sse(server.url, method="GET", idle_timeout=5, session=session))
+        second = numbers(stream_sse(server.url, method="GET", idle_timeout=5, session=session))
+    assert first == [0] and second in ([0], [1])
+    assert server.accepted == (2 if second == [0] else 1)

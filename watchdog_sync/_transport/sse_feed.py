@@ -33,7 +33,7 @@ from .translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
 _ERROR_BODY_LIMIT = 4096
 _PLAIN = Translator()
 
-__all__ = ["opener"]  # and, for tests, _chunks and _FramedSSEClient
+__all__ = ["opener"]
 
 
 class _FramedSSEClient(sseclient.SSEClient):
@@ -94,34 +94,6 @@ def _http_response(response: requests.Response) -> http.client.HTTPResponse:
             reason="unsupported_urllib3",
         )
     return raw
-
-
-def _chunks(
-    response: requests.Response,
-    framer: EventFramer,
-    stream_ref: Callable[[], Any],
-    abort: Budget,
-    translator: Translator = _PLAIN,
-) -> Iterator[bytes]:
-    """Complete events as they arrive; raise TransportError on a broken connection."""
-    pieces = body_pieces(_http_response(response))
-    feed = framer.feed
-    check = framer.check
-    while True:
-        try:
-            piece = next(pieces, None)
-        except RAW_READ_ERRORS as exc:
-            abort.check()  # shut from outside on purpose: not a transport failure
-            raise translator.error(exc) from exc
-        if piece is None:
-            break
-        abort.check()  # stopped from outside: do not parse what was already queued
-        yield from feed(piece)
-        check()  # a too-large event after the ones just delivered
-    abort.check()  # an EOF caused by our own shutdown is not a clean end
-    stream = stream_ref()
-    if stream is not None:
-        stream.truncated = framer.truncated()
 
 
 def opener(
