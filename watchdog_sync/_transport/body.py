@@ -3,7 +3,7 @@
 http.client's ``read1`` returns at most one HTTP chunk per call, so a burst
 of small chunked events costs a read (and a hand-off between threads) per
 event. :func:`body_pieces` reads the socket's buffered reader directly and
-decodes the framing itself with a :class:`BodyDecoder`: one read returns
+decodes the framing itself with a :class:`FramingDecoder`: one read returns
 every event that has arrived, chunked, sized or close-delimited alike, and
 never waits for more than is there. The shared stream reader feeds the same
 decoder with the bytes of non-blocking reads.
@@ -14,13 +14,13 @@ from __future__ import annotations
 import http.client
 from typing import Any, Iterator, List, Optional
 
-__all__ = ["BodyDecoder", "body_pieces", "decoder_for"]
+__all__ = ["FramingDecoder", "body_pieces", "decoder_for"]
 
 _READ_SIZE = 65536
 _MAX_SIZE_LINE = 1024
 
 
-class BodyDecoder:
+class FramingDecoder:
     """Incremental decoder of one body's framing: ``feed`` raw bytes, get payload bytes.
 
     ``done`` turns true at the body's end (the last chunk, or ``length`` bytes);
@@ -114,9 +114,9 @@ class BodyDecoder:
         raise http.client.IncompleteRead(b"", left)
 
 
-def decoder_for(response: http.client.HTTPResponse) -> BodyDecoder:
+def decoder_for(response: http.client.HTTPResponse) -> FramingDecoder:
     """The decoder of ``response``'s body framing (headers already read)."""
-    return BodyDecoder(chunked=bool(response.chunked), length=response.length)
+    return FramingDecoder(chunked=bool(response.chunked), length=response.length)
 
 
 def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
@@ -132,7 +132,7 @@ def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
     return _pieces(fp, decoder_for(response))
 
 
-def _pieces(fp: Any, decoder: BodyDecoder) -> Iterator[bytes]:
+def _pieces(fp: Any, decoder: FramingDecoder) -> Iterator[bytes]:
     feed = decoder.feed
     while not decoder.done:
         data = fp.read1(decoder.wanted())
