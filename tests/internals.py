@@ -25,7 +25,9 @@ from watchdog_sync._transport.body import FramingDecoder, body_pieces
 from watchdog_sync._transport.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
 from watchdog_sync._transport.engine import SHARED_READER_THREAD_NAME
 from watchdog_sync._transport.framing import EventFramer
-from watchdog_sync._transport.http import _GUARD_ATTR, _ConnectionGuard, clip_timeout
+from watchdog_sync._transport.guard import GUARD_ATTR as _GUARD_ATTR
+from watchdog_sync._transport.guard import ConnectionGuard as _ConnectionGuard
+from watchdog_sync._transport.guard import clip_timeout
 from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
 from watchdog_sync._transport.sse import SSEStream
 from watchdog_sync._transport.sse_feed import _FramedSSEClient, _http_response

@@ -17,233 +17,45 @@ Three mechanisms bound every phase of a request:
 
 The registration lives exactly as long as the connection is checked out of
 the pool, so a shutdown can never hit a connection that another request
-reuses (urllib3 issue 3581).
+reuses (urllib3 issue 3581). The guard and its steps live in ``guard.py``,
+shared with :func:`instrument`'s patches of urllib3 itself.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import math
-import socket
-import struct
-import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Optional
 
 import requests
 import requests.adapters
 from urllib3 import connection as _connection
 from urllib3 import connectionpool as _pool
-from urllib3.exceptions import ConnectTimeoutError
-from urllib3.util import Timeout
 
-from .._core.budget import Budget, _noop
+from .._core.budget import Budget
 from .._core.scope import boundary, joined_budget
+from . import guard as _guard
 from . import propagation as _propagation
+from .guard import ACTIVE_GUARD, ConnectionGuard, clip_timeout
 from .redirect import same_origin, strip_credentials
-from .resolve import is_ip_literal, resolve_bounded
 from .streamed import bound_body
-from .tunnel import TunnelView
 
-__all__ = ["Session", "shutdown_socket"]
-
-_GUARD_ATTR = "_watchdog_sync_guard"
-_RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
-_FLOOR = 0.001  # urllib3 and sockets treat 0 as non-blocking; keep a tiny positive wait
-
-
-class _ConnectionGuard:
-    """Connections one request has checked out; shut them all when the budget ends.
-
-    The socket of each connection is recorded when it is checked out or
-    connected: http.client drops ``conn.sock`` as soon as a response says
-    ``Connection: close`` while the response goes on reading from that same
-    socket, so the connection object alone cannot find it later.
-    """
-
-    def __init__(self, budget: Budget, owner: Budget, release: Callable[[], None]) -> None:
-        self.budget = budget
-        self.owner = owner
-        self._release = release
-        self.fired = False
-        self._lock = threading.Lock()
-        self._sockets: Dict[int, Any] = {}  # id(conn) -> its socket
-        self._connections: List[Any] = []
-        self._request_done = False
-        self._unregister = budget.on_done(self._fire)
-
-    def attach(self, conn: Any) -> None:
-        with self._lock:
-            setattr(conn, _GUARD_ATTR, self)
-            self._connections.append(conn)
-            self._remember(conn)
-
-    def connected(self, conn: Any, sock: Any = None) -> None:
-        """``conn`` has a new socket (``sock``, else ``conn.sock``): remember it, shut it if
-        the budget ended. Told as soon as the socket exists, again before a proxy tunnel and
-        once connected (a TLS wrap replaces the socket object), so every phase of the connect
-        can be shut from outside."""
-        with self._lock:
-            self._remember(conn, sock)
-
-    def _remember(self, conn: Any, sock: Any = None) -> None:
-        if sock is None:
-            sock = getattr(conn, "sock", None)
-        if sock is not None:
-            self._sockets[id(conn)] = sock
-            if self.fired:
-                shutdown_socket(sock)
-
-    def detach(self, conn: Any) -> bool:
-        """Forget ``conn`` (going back to the pool); True when it was shut and must be dropped."""
-        with self._lock:
-            if conn in self._connections:
-                self._connections.remove(conn)
-            self._sockets.pop(id(conn), None)
-            setattr(conn, _GUARD_ATTR, None)
-            fired = self.fired
-            finished = self._request_done and not self._connections
-        if finished:
-            self._finish()
-        return fired
-
-    def request_finished(self, *, answered: bool) -> None:
-        """The request returned a response (which may still hold its connection until the
-        body is read or closed), or it failed: then every connection it checked out is back
-        in the pool or was dropped by urllib3, which puts back ``None`` for a connection it
-        discards, so none is left to wait for."""
-        with self._lock:
-            self._request_done = True
-            if not answered:
-                for conn in self._connections:
-                    setattr(conn, _GUARD_ATTR, None)
-                self._connections.clear()
-                self._sockets.clear()
-            finished = not self._connections
-        if finished:
-            self._finish()
-
-    def _finish(self) -> None:
-        # Dropped once used: it refers to ``self._fire``, and through it to this guard.
-        unregister, self._unregister = self._unregister, _noop
-        unregister()
-        self._release()
-
-    def _fire(self, budget: Budget) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self._sockets.values():
-                shutdown_socket(sock)
-
-
-def shutdown_socket(sock: Any) -> None:
-    """Shut a (plain or TLS) socket down so a blocked read in another thread wakes.
-
-    The connection is abandoned: its close() will also reset it (SO_LINGER 0), so a server
-    blocked writing into a full window learns at once that nobody reads. A graceful close
-    after the reader drained the socket leaves the server probing a zero window until the
-    kernel drops the orphan (``tcp_fin_timeout``, 60 s).
-    """
-    if sock is None:
-        return
-    raw = sock if isinstance(sock, socket.socket) else getattr(sock, "socket", None)
-    if not isinstance(raw, socket.socket):
-        return
-    with contextlib.suppress(OSError):
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
-    with contextlib.suppress(OSError):
-        # The base method, so an SSLSocket is shut at the TCP level without TLS state changes.
-        socket.socket.shutdown(raw, socket.SHUT_RDWR)
-
-
-_ACTIVE_GUARD: contextvars.ContextVar[Optional[_ConnectionGuard]] = contextvars.ContextVar(
-    "watchdog_sync_connection_guard", default=None
-)
+__all__ = ["Session"]
 
 
 class _GuardedConnectionMixin:
     """Resolves names within the connect timeout, bounds a proxy tunnel's reply by it, and
-    tells the guard about each socket as soon as it exists."""
+    tells the guard about each socket as soon as it exists (the steps of ``guard.py``)."""
 
-    _dns_host: str
-    port: int
-    timeout: Any
-    sock: Any
+    _watchdog_sync_guarded = True  # instrument()'s patches leave these classes to themselves
 
     def _new_conn(self) -> Any:
-        sock = self._open_socket()
-        self._tell_guard(sock)
-        self._clip_to_budget(sock)
-        return sock
-
-    def _connect_timeout(self) -> Optional[float]:
-        timeout = self.timeout
-        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-            return float(timeout)
-        return None  # no limit, or urllib3's "default" sentinel
-
-    def _open_socket(self) -> Any:
-        host = self._dns_host
-        if is_ip_literal(host) or host == "localhost.":
-            return super()._new_conn()  # type: ignore[misc]
-        timeout = self._connect_timeout()
-        try:
-            address = resolve_bounded(host, self.port, timeout)
-        except socket.timeout as exc:
-            raise ConnectTimeoutError(self, f"Connection to {host} timed out: {exc}") from exc
-        except socket.gaierror:
-            return super()._new_conn()  # type: ignore[misc]  # urllib3 raises its own error
-        # urllib3 connects to ``_dns_host``; point it at the resolved address for this call
-        # only, so TLS still verifies and sends SNI for the real host name.
-        self._dns_host = address
-        try:
-            return super()._new_conn()  # type: ignore[misc]
-        finally:
-            self._dns_host = host
+        return _guard.open_socket(self, super()._new_conn)  # type: ignore[misc]
 
     def _tunnel(self) -> None:
-        """Send CONNECT to the proxy and read its reply, all of it within the connect timeout."""
-        self._tell_guard(self.sock)  # a TLS connection to the proxy has a new socket object
-        timeout = self._connect_timeout()
-        if timeout is None:
-            super()._tunnel()  # type: ignore[misc]
-            return
-        sock = self.sock
-        view = TunnelView(sock, timeout)
-        self.sock = view
-        try:
-            super()._tunnel()  # type: ignore[misc]
-        finally:
-            if self.sock is view:  # else the refused tunnel closed the connection
-                self.sock = sock
-            view.restore()
-        self._clip_to_budget(sock)
+        _guard.tunnel(self, super()._tunnel)  # type: ignore[misc]
 
     def connect(self) -> None:
         super().connect()  # type: ignore[misc]
-        self._tell_guard(self.sock)
-
-    def _clip_to_budget(self, sock: Any) -> None:
-        """Keep the socket's timeout within the budget before a TLS handshake.
-
-        The handshake runs on a socket object that ssl creates (and urllib3 returns only
-        afterwards), so the guard cannot shut it from outside; its timeout bounds the whole
-        handshake, so it must not outlast the budget.
-        """
-        guard = getattr(self, _GUARD_ATTR, None)
-        if guard is None:
-            return
-        left = guard.budget.remaining()
-        if math.isinf(left):
-            return
-        with contextlib.suppress(OSError):
-            current = sock.gettimeout()
-            sock.settimeout(max(_FLOOR, left if current is None else min(current, left)))
-
-    def _tell_guard(self, sock: Any) -> None:
-        guard = getattr(self, _GUARD_ATTR, None)
-        if guard is not None:
-            guard.connected(self, sock)
+        _guard.connected(self)
 
 
 class _HTTPConnection(_GuardedConnectionMixin, _connection.HTTPConnection):
@@ -257,19 +69,15 @@ class _HTTPSConnection(_GuardedConnectionMixin, _connection.HTTPSConnection):
 class _GuardedPoolMixin:
     """Registers each checked-out connection with the request's guard; drops shut ones."""
 
+    _watchdog_sync_guarded = True
+
     def _get_conn(self, timeout: Optional[float] = None) -> Any:
         conn = super()._get_conn(timeout)  # type: ignore[misc]
-        guard = _ACTIVE_GUARD.get()
-        if guard is not None and conn is not None:
-            guard.attach(conn)
+        _guard.checked_out(conn)
         return conn
 
     def _put_conn(self, conn: Any) -> None:
-        guard = getattr(conn, _GUARD_ATTR, None) if conn is not None else None
-        if guard is not None and guard.detach(conn):
-            conn.close()
-            conn = None
-        super()._put_conn(conn)  # type: ignore[misc]
+        super()._put_conn(_guard.checked_in(conn))  # type: ignore[misc]
 
 
 class _HTTPPool(_GuardedPoolMixin, _pool.HTTPConnectionPool):
@@ -297,26 +105,6 @@ class _GuardedAdapter(requests.adapters.HTTPAdapter):
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         manager.pool_classes_by_scheme = dict(_POOL_CLASSES)
         return manager
-
-
-def clip_timeout(timeout: Any, remaining: float) -> Any:
-    """``timeout`` (requests' forms) with connect and read capped at ``remaining`` seconds."""
-    if math.isinf(remaining):
-        return timeout
-    connect: Any
-    read: Any
-    if isinstance(timeout, Timeout):
-        connect, read = timeout.connect_timeout, timeout.read_timeout
-        connect = None if connect is Timeout.DEFAULT_TIMEOUT else connect
-        read = None if read is Timeout.DEFAULT_TIMEOUT else read
-    elif isinstance(timeout, tuple):
-        connect, read = timeout
-    else:
-        connect = read = timeout
-    return (
-        max(_FLOOR, remaining if connect is None else min(float(connect), remaining)),
-        max(_FLOOR, remaining if read is None else min(float(read), remaining)),
-    )
 
 
 class Session(requests.Session):
@@ -383,13 +171,13 @@ class Session(requests.Session):
 
     def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> requests.Response:
         budget, owner, release = joined_budget(self.budget, stage="http")
-        guard = _ConnectionGuard(budget, owner, release)
+        guard = ConnectionGuard(budget, owner, release)
         answered = False
         try:
             with boundary(budget, owner):
                 budget.check()
                 kwargs["timeout"] = clip_timeout(kwargs.get("timeout"), budget.remaining())
-                token = _ACTIVE_GUARD.set(guard)
+                token = ACTIVE_GUARD.set(guard)
                 first_send = _propagation.begin_request()  # which origin its hops may tell
                 try:
                     response = super().request(method, url, *args, **kwargs)
@@ -400,7 +188,7 @@ class Session(requests.Session):
                     raise
                 finally:
                     _propagation.end_request(first_send)
-                    _ACTIVE_GUARD.reset(token)
+                    ACTIVE_GUARD.reset(token)
                 if guard.fired:
                     response.close()
                     budget.check()
@@ -414,7 +202,7 @@ class Session(requests.Session):
         """Send one prepared request (the first or a redirect hop), deadline headers set now."""
         with _propagation.allowed_origin(request.url) as allowed:
             if self.propagate or _propagation.forced():
-                guard = _ACTIVE_GUARD.get()  # None: send() called directly, not by request()
+                guard = ACTIVE_GUARD.get()  # None: send() called directly, not by request()
                 _propagation.mark_request(
                     request, allowed, None if guard is None else guard.budget, self.budget
                 )

@@ -11,30 +11,20 @@ into ``Cancelled``, so the caller's scope says "deadline", not "connection reset
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator
 
 import requests
 import requests.exceptions
 from urllib3.exceptions import ProtocolError, ReadTimeoutError, SSLError
 
-from .._core.budget import Budget
-from .._core.scope import boundary
+from .guard import ConnectionGuard, raise_budget_end
 
 __all__ = ["bound_body", "raw_content"]
 
 _BODY_GUARD_ATTR = "_watchdog_sync_body_guard"
 
 
-class BodyGuard(Protocol):
-    """What a streamed body needs of its request's connection guard (a Protocol, so this
-    module does not import http.py, which imports it)."""
-
-    budget: Budget
-    owner: Budget
-    fired: bool
-
-
-def bound_body(response: requests.Response, guard: BodyGuard) -> None:
+def bound_body(response: requests.Response, guard: ConnectionGuard) -> None:
     """Make errors in ``response``'s streamed body say so when they come from the budget's end."""
     plain_iter_content = type(response).iter_content
     # Weakly: the response keeps this function, which must not keep the response.
@@ -78,17 +68,12 @@ def _raw_pieces(response: requests.Response, chunk_size: int) -> Iterator[bytes]
     response._content_consumed = True  # type: ignore[attr-defined]
 
 
-def _until_budget_end(pieces: Iterator[Any], guard: BodyGuard) -> Iterator[Any]:
+def _until_budget_end(pieces: Iterator[Any], guard: ConnectionGuard) -> Iterator[Any]:
     try:
         yield from pieces
     except requests.RequestException:
         if guard.fired:
-            _raise_budget_end(guard)
+            raise_budget_end(guard)
         raise
     if guard.fired:
-        _raise_budget_end(guard)
-
-
-def _raise_budget_end(guard: BodyGuard) -> None:
-    with boundary(guard.budget, guard.owner):
-        guard.budget.check()
+        raise_budget_end(guard)
