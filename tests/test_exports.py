@@ -43,6 +43,7 @@ CONTRACT = {
     "deadline_headers",
     "guard_stream",
     "httpx_client",
+    "instrument",
     "retry_call",
     "retrying",
     "run_sample",

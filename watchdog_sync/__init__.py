@@ -35,6 +35,7 @@ from ._retry.loop import retry_call, retrying
 from ._retry.policy import RetryPolicy
 from ._sample.run import SampleResult, abandoned_workers, run_sample
 from ._transport.http import Session
+from ._transport.instrument import instrument
 from ._transport.sse import SSEStream, stream_sse
 from ._transport.stream import GuardedStream, StreamStats, guard_stream
 from ._version import __version__
@@ -78,6 +79,7 @@ __all__ = [
     "deadline_headers",
     "guard_stream",
     "httpx_client",
+    "instrument",
     "retry_call",
     "retrying",
     "run_sample",

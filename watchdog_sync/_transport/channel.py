@@ -34,6 +34,7 @@ from .._core.budget import Budget
 from .._core.clock import Clock
 from .._core.config import ENV_IDLE_TIMEOUT
 from .._core.errors import Cancelled, StreamIdleTimeout
+from .reads import READER_SOCKETS, ReaderSockets
 from .stats import StreamStats
 
 __all__ = [
@@ -85,6 +86,7 @@ class Channel(Generic[T]):
         self._reader_error: Optional[BaseException] = None
         self._unblocked = False
         self._on_timeout = on_timeout
+        self._reads = ReaderSockets()  # sockets of reads through instrumented connections
         self._idle = idle
         self._first = first
         self._first_named = first_named
@@ -111,6 +113,7 @@ class Channel(Generic[T]):
         for budget in self._budgets:
             self._unregister.append(budget.on_done(self._on_budget_done))
         context = contextvars.copy_context()
+        context.run(READER_SOCKETS.set, self._reads)
         thread = threading.Thread(
             target=context.run,
             args=(self._read, source, iterator),
@@ -382,12 +385,19 @@ class Channel(Generic[T]):
         )
 
     def _unblock(self) -> None:
-        """Call ``on_timeout`` once, if the reader may still be inside the source."""
+        """Shut the sockets the reader is reading through instrumented connections, and call
+        ``on_timeout`` once, if the reader may still be inside the source."""
         with self._lock:
-            if self._unblocked or self._reader_done or self._on_timeout is None:
+            if self._unblocked or self._reader_done:
+                return
+        shut = self._reads.shut()
+        with self._lock:
+            if self._unblocked or (self._on_timeout is None and not shut):
                 return
             self._unblocked = True
             callback = self._on_timeout
+        if callback is None:
+            return
         try:
             callback()
         except Exception:

@@ -1,0 +1,116 @@
+"""instrument(): the deadline() scope binds the HTTP clients a process already has.
+
+Opt-in and process-wide: it patches urllib3 (so requests, botocore, ...) at
+the points that see every connection of every pool (``instrument_urllib3.py``).
+Calls are counted: each ``instrument()`` returns its own undo, and the
+patches come out when the last undo has run, restoring the original methods
+exactly. Thread-safe: calls and undos may come from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Dict, List, Optional
+
+from .instrument_urllib3 import urllib3_patches
+from .patches import PatchSet
+
+__all__ = ["instrument"]
+
+_BUILDERS: Dict[str, Callable[[], Optional[PatchSet]]] = {"urllib3": urllib3_patches}
+_LOCK = threading.Lock()
+_USERS: Dict[str, int] = {}
+_INSTALLED: Dict[str, PatchSet] = {}
+
+
+def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None]:
+    """Bound every urllib3 connection in the process by the current ``deadline()`` scope.
+
+    After ``instrument()``, inside a ``deadline()`` scope every request that
+    urllib3 makes (``requests.get``, a ``requests.Session``, botocore,
+    ``urllib3.PoolManager``, ...) runs under the scope's budget exactly like
+    a :class:`Session` request: name resolution, connect, the proxy tunnel and
+    every read are clipped to the time left, and the connection's socket is
+    shut from outside when the budget ends, so even a body that drips one
+    byte a second stops at the deadline. A connection is bound only while a
+    request has it checked out: one back in the pool is never shut, and the
+    next request reuses it. Outside any scope nothing changes (a check of a
+    ``ContextVar`` per call, measured in ``docs/benchmarks.md``), and
+    :class:`Session`'s own pools are left to Session.
+
+    :func:`guard_stream` over a body read through such a connection
+    (``guard_stream(response.iter_lines(), idle_timeout=30)``) shuts that
+    socket when the stream ends early (idle timeout, the budget's end,
+    ``close()``), with or without ``on_timeout``, so its reader thread exits.
+
+    On timeout or cancel: when the scope's budget ends, the request (or the
+    body read) raises :class:`Cancelled`, a ``BaseException``, so neither
+    requests' nor botocore's retry loops nor a caller's ``except Exception``
+    can swallow it and no retry starts after it; the ``deadline()`` scope
+    converts it into :class:`DeadlineExceeded` (or :class:`OperationCancelled`
+    after ``budget.cancel()``) at its boundary. Read a streamed body inside the
+    scope: outside it, a read after the budget's end raises the ``Cancelled``
+    unconverted. Work handed to other threads is bound only when it carries
+    the scope (:func:`carry_budget`).
+
+    Args:
+        urllib3: patch urllib3 (requests, botocore, ...).
+        httpx: reserved for httpx/httpx2 (the openai and anthropic SDKs);
+            nothing is patched for it yet. Use :class:`HTTPXTransport` there.
+
+    Returns:
+        ``undo``: removes this call's patches. Idempotent (a second call does
+        nothing). Calls are counted: after ``instrument()`` twice, the patches
+        stay until both undos ran; the last one restores urllib3's original
+        methods exactly, and requests in flight then stop being bounded.
+
+    Raises:
+        TypeError: an argument is not a bool.
+
+    Example::
+
+        undo = watchdog_sync.instrument()
+        with watchdog_sync.deadline(10):
+            requests.post(url, json=payload)   # DeadlineExceeded after 10 s, whatever the server does
+        undo()
+    """
+    for name, value in (("urllib3", urllib3), ("httpx", httpx)):
+        if not isinstance(value, bool):
+            raise TypeError(f"instrument({name}=...) takes True or False, not {value!r}")
+    wanted = [name for name, on in (("urllib3", urllib3), ("httpx", httpx)) if on]
+    taken: List[str] = []
+    with _LOCK:
+        for library in wanted:
+            if _USERS.get(library, 0) == 0:
+                build = _BUILDERS.get(library)
+                patches = build() if build is not None else None
+                if patches is None:
+                    continue  # not installed, or nothing to patch for it
+                patches.install()
+                _INSTALLED[library] = patches
+            _USERS[library] = _USERS.get(library, 0) + 1
+            taken.append(library)
+    return _Undo(taken)
+
+
+class _Undo:
+    """The undo of one instrument() call: releases its share of each library's patches."""
+
+    def __init__(self, libraries: List[str]) -> None:
+        self._libraries = libraries
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            libraries, self._libraries = self._libraries, []
+        if not libraries:
+            return
+        with _LOCK:
+            for library in libraries:
+                _USERS[library] -= 1
+                if _USERS[library] == 0:
+                    _INSTALLED.pop(library).remove()
+
+    def __repr__(self) -> str:
+        state = "undone" if not self._libraries else "for " + ", ".join(self._libraries)
+        return f"<watchdog_sync.instrument undo {state}>"

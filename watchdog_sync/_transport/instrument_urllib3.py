@@ -1,0 +1,267 @@
+"""instrument()'s patches of urllib3 (1.26 and 2.x): every pool, every connection, every read.
+
+The points patched, each a thin wrapper around urllib3's own method that
+calls the steps of ``guard.py`` (the ones :class:`Session`'s subclasses call):
+
+* ``HTTPConnectionPool.urlopen``, the one entry of every request of every pool
+  (requests, botocore, ``PoolManager``): inside a ``deadline()`` scope it
+  checks the budget, clips the connect, read and pool timeouts to what
+  remains, opens a guard for the request (``ACTIVE_GUARD``), and turns a
+  failure the budget's end caused into ``Cancelled``; urllib3's own retries and
+  redirects go through it again, so none starts after the budget's end;
+* ``_get_conn`` / ``_put_conn``: the connection is registered with the guard
+  while checked out, and one that was shut is discarded;
+* ``HTTPConnection._new_conn`` / ``_tunnel`` / ``connect`` (and
+  ``HTTPSConnection.connect``): bounded name resolution and proxy tunnel, each
+  socket told to the guard as soon as it exists;
+* ``HTTPResponse.read`` / ``read1`` / ``read_chunked``: a body read after the
+  budget's end raises ``Cancelled`` (a shut close-delimited body would
+  otherwise look complete), and a read in a :func:`guard_stream` reader
+  thread registers its socket so the stream can shut it on idle.
+
+Outside any scope each wrapper costs a check or two of a ``ContextVar`` and
+calls the original. Pools and connections of :class:`Session` are left to
+their own subclasses (``_watchdog_sync_guarded``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from typing import Any, Callable, Iterator, Optional
+
+from urllib3 import connection as _connection
+from urllib3 import connectionpool as _pool
+from urllib3 import response as _response
+from urllib3.exceptions import TimeoutStateError
+from urllib3.util import Timeout
+
+from .._core.budget import _noop
+from .._core.scope import scoped_budget
+from . import guard as _guard
+from .guard import ACTIVE_GUARD, FLOOR, GUARD_ATTR, ConnectionGuard, raise_budget_end
+from .patches import PatchSet
+from .reads import READER_SOCKETS, reading
+
+__all__ = ["urllib3_patches"]
+
+_Fn = Callable[..., Any]
+
+
+def urllib3_patches() -> PatchSet:
+    """The patches for urllib3, planned (not yet installed); the entry point goes last."""
+    patches = PatchSet("urllib3")
+    response = _response.HTTPResponse
+    for name in ("read", "read1"):
+        if name in vars(response):  # read1: urllib3 2.x only
+            patches.wrap(response, name, functools.partial(_read, patches))
+    patches.wrap(response, "read_chunked", functools.partial(_read_chunked, patches))
+    conn = _connection.HTTPConnection
+    patches.wrap(conn, "_new_conn", functools.partial(_new_conn, patches))
+    patches.wrap(conn, "_tunnel", functools.partial(_tunnel, patches))
+    patches.wrap(conn, "connect", functools.partial(_connect, patches))
+    patches.wrap(_connection.HTTPSConnection, "connect", functools.partial(_connect, patches))
+    pool = _pool.HTTPConnectionPool
+    patches.wrap(pool, "_put_conn", functools.partial(_put_conn, patches))
+    patches.wrap(pool, "_get_conn", functools.partial(_get_conn, patches))
+    patches.wrap(pool, "urlopen", functools.partial(_urlopen, patches))
+    return patches
+
+
+def _guarded_by_session(obj: Any) -> bool:
+    return bool(getattr(type(obj), "_watchdog_sync_guarded", False))
+
+
+def _guard_of(conn: Any) -> Optional[ConnectionGuard]:
+    guard: Optional[ConnectionGuard] = getattr(conn, GUARD_ATTR, None)
+    return guard
+
+
+# -- the pool ------------------------------------------------------------------------
+
+
+def _urlopen(patches: PatchSet, original: _Fn) -> _Fn:
+    signature = inspect.signature(original)
+
+    def urlopen(self: Any, *args: Any, **kwargs: Any) -> Any:
+        budget = scoped_budget()
+        if budget is None or not patches.active or _guarded_by_session(self):
+            return original(self, *args, **kwargs)
+        active = ACTIVE_GUARD.get()
+        if active is not None:  # urllib3's own retry or redirect, inside the request
+            budget = active.budget
+        budget.check()
+        bound = signature.bind(self, *args, **kwargs)
+        _clip(self, bound.arguments, budget.remaining())
+        if active is not None:
+            return _send(original, bound, active)
+        guard = ConnectionGuard(budget, None, _noop)
+        patches.track(guard)
+        token = ACTIVE_GUARD.set(guard)
+        answered = False
+        try:
+            response = _send(original, bound, guard)
+            answered = True
+        finally:
+            ACTIVE_GUARD.reset(token)
+            guard.request_finished(answered=answered)
+        return response
+
+    return urlopen
+
+
+def _send(original: _Fn, bound: inspect.BoundArguments, guard: ConnectionGuard) -> Any:
+    try:
+        response = original(*bound.args, **bound.kwargs)
+    except Exception:
+        if guard.fired or guard.budget.ended:
+            raise_budget_end(guard)  # the budget's end caused it: say so
+        raise
+    if guard.fired:  # a preloaded body may have been cut short
+        response.close()
+        response.release_conn()
+        raise_budget_end(guard)
+    setattr(response, GUARD_ATTR, guard)
+    return response
+
+
+def _clip(pool: Any, arguments: Any, remaining: float) -> None:
+    """Cap ``urlopen``'s timeouts (connect, read, total, pool) at ``remaining`` seconds."""
+    if math.isinf(remaining):
+        return
+    timeout = pool._get_timeout(arguments["timeout"]) if "timeout" in arguments else pool.timeout
+    arguments["timeout"] = _clipped_timeout(timeout, remaining)
+    arguments["pool_timeout"] = _cap(arguments.get("pool_timeout"), remaining)
+
+
+def _clipped_timeout(timeout: Timeout, remaining: float) -> Timeout:
+    connect = timeout.connect_timeout
+    try:
+        read = timeout.read_timeout
+    except TimeoutStateError:  # a total without a read limit: urllib3 derives it at connect
+        read = None
+    total = timeout.total
+    return Timeout(
+        connect=_cap(connect, remaining),
+        read=_cap(read, remaining),
+        total=_cap(total, remaining) if _is_number(total) else None,
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cap(value: Any, remaining: float) -> float:
+    """``value`` seconds (``None`` or urllib3's default sentinel: no limit) capped."""
+    limit = remaining if not _is_number(value) else min(float(value), remaining)
+    return max(FLOOR, limit)
+
+
+def _get_conn(patches: PatchSet, original: _Fn) -> _Fn:
+    def _get_conn(self: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = original(self, *args, **kwargs)
+        if patches.active and not _guarded_by_session(self):
+            _guard.checked_out(conn)
+        return conn
+
+    return _get_conn
+
+
+def _put_conn(patches: PatchSet, original: _Fn) -> _Fn:
+    def _put_conn(self: Any, conn: Any) -> None:
+        if patches.active and not _guarded_by_session(self):
+            conn = _guard.checked_in(conn)
+        original(self, conn)
+
+    return _put_conn
+
+
+# -- the connection ------------------------------------------------------------------
+
+
+def _new_conn(patches: PatchSet, original: _Fn) -> _Fn:
+    def _new_conn(self: Any) -> Any:
+        if not patches.active or _guard_of(self) is None or _guarded_by_session(self):
+            return original(self)
+        return _guard.open_socket(self, functools.partial(original, self))
+
+    return _new_conn
+
+
+def _tunnel(patches: PatchSet, original: _Fn) -> _Fn:
+    def _tunnel(self: Any) -> None:
+        if not patches.active or _guard_of(self) is None or _guarded_by_session(self):
+            original(self)
+            return
+        _guard.tunnel(self, functools.partial(original, self))
+
+    return _tunnel
+
+
+def _connect(patches: PatchSet, original: _Fn) -> _Fn:
+    def connect(self: Any) -> None:
+        original(self)
+        if patches.active and _guard_of(self) is not None and not _guarded_by_session(self):
+            _guard.connected(self)
+
+    return connect
+
+
+# -- the response --------------------------------------------------------------------
+
+
+def _socket_of(response: Any) -> Any:
+    """The socket a urllib3 response reads from (http.client's file, else the connection's)."""
+    fp = getattr(getattr(response, "_fp", None), "fp", None)
+    sock = getattr(getattr(fp, "raw", None), "_sock", None)
+    if sock is None:
+        sock = getattr(getattr(response, "_connection", None), "sock", None)
+    return sock
+
+
+def _read(patches: PatchSet, original: _Fn) -> _Fn:
+    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        guard = _guard_of(self)
+        if not patches.active or (guard is None and READER_SOCKETS.get() is None):
+            return original(self, *args, **kwargs)
+        remove = reading(_socket_of(self))
+        try:
+            data = original(self, *args, **kwargs)
+        except Exception:
+            if guard is not None and guard.fired:
+                raise_budget_end(guard)
+            raise
+        finally:
+            remove()
+        if guard is not None and guard.fired:  # a shut body can look like a clean end
+            raise_budget_end(guard)
+        return data
+
+    return read
+
+
+def _read_chunked(patches: PatchSet, original: _Fn) -> _Fn:
+    def read_chunked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        chunks = original(self, *args, **kwargs)
+        if not patches.active or (_guard_of(self) is None and READER_SOCKETS.get() is None):
+            return chunks
+        return _guarded_chunks(self, chunks)
+
+    return read_chunked
+
+
+def _guarded_chunks(response: Any, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    guard = _guard_of(response)
+    remove = reading(_socket_of(response))
+    try:
+        yield from chunks
+    except Exception:
+        if guard is not None and guard.fired:
+            raise_budget_end(guard)
+        raise
+    finally:
+        remove()
+    if guard is not None and guard.fired:
+        raise_budget_end(guard)
