@@ -143,6 +143,15 @@ def test_urllib3_retries_do_not_outlive_the_budget(instrumented: None) -> None:
     assert elapsed < 1.1
 
 
+def test_timeouts_given_by_position_are_clipped_too(instrumented: None) -> None:
+    """urlopen(method, url, body, headers, retries, redirect, assert_same_host, timeout)."""
+    with RawServer(silent) as server, urllib3.HTTPConnectionPool("127.0.0.1", server.port) as pool:
+        _, elapsed = _ends_by_deadline(
+            lambda: pool.urlopen("GET", "/", None, None, False, True, True, 30.0), 0.5
+        )
+    assert elapsed < 1.1
+
+
 def test_cancel_from_another_thread_stops_a_bare_request(instrumented: None) -> None:
     with RawServer(silent) as server, ws.deadline(30) as budget:
         canceller = threading.Timer(0.2, budget.cancel)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from urllib3 import connection as _connection
 from urllib3 import connectionpool as _pool
@@ -47,6 +47,9 @@ from .reads import READER_SOCKETS, reading
 __all__ = ["urllib3_patches"]
 
 _Fn = Callable[..., Any]
+# urlopen(self, method, url, body, headers, retries, redirect, assert_same_host, timeout, ...):
+# the arguments after self up to here are never the timeouts (urllib3 1.26 and 2.x alike).
+_TIMEOUT_POSITION = 7
 
 
 def urllib3_patches() -> PatchSet:
@@ -92,16 +95,19 @@ def _urlopen(patches: PatchSet, original: _Fn) -> _Fn:
         if active is not None:  # urllib3's own retry or redirect, inside the request
             budget = active.budget
         budget.check()
-        bound = signature.bind(self, *args, **kwargs)
-        _clip(self, bound.arguments, budget.remaining())
+        if len(args) > _TIMEOUT_POSITION:  # the timeouts were given by position
+            args, kwargs = (), _by_name(signature, self, args, kwargs)
+        else:
+            kwargs = dict(kwargs)
+        _clip(self, kwargs, budget.remaining())
         if active is not None:
-            return _send(original, bound, active)
+            return _send(original, self, args, kwargs, active)
         guard = ConnectionGuard(budget, None, _noop)
         patches.track(guard)
         token = ACTIVE_GUARD.set(guard)
         answered = False
         try:
-            response = _send(original, bound, guard)
+            response = _send(original, self, args, kwargs, guard)
             answered = True
         finally:
             ACTIVE_GUARD.reset(token)
@@ -111,9 +117,24 @@ def _urlopen(patches: PatchSet, original: _Fn) -> _Fn:
     return urlopen
 
 
-def _send(original: _Fn, bound: inspect.BoundArguments, guard: ConnectionGuard) -> Any:
+def _by_name(
+    signature: inspect.Signature, pool: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+) -> Dict[str, Any]:
+    """Every argument of a ``urlopen`` call by its name (``response_kw`` spread out)."""
+    named: Dict[str, Any] = {}
+    for name, value in list(signature.bind(pool, *args, **kwargs).arguments.items())[1:]:
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    return named
+
+
+def _send(
+    original: _Fn, pool: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], guard: ConnectionGuard
+) -> Any:
     try:
-        response = original(*bound.args, **bound.kwargs)
+        response = original(pool, *args, **kwargs)
     except Exception:
         if guard.fired or guard.budget.ended:
             raise_budget_end(guard)  # the budget's end caused it: say so

@@ -1,0 +1,158 @@
+"""The cost of instrument() outside and inside a deadline() scope, side by side in one run.
+
+Usage: python benchmarks/instrument_overhead.py [--calls 500] [--rounds 21] [--chunks 20000]
+
+A local keep-alive server (its own process, so it does not compete for the
+GIL) answers on 127.0.0.1. Three workloads, each timed (a) without
+instrument(), (b) with instrument() but outside any scope, (c) with
+instrument() inside ``deadline(60)``; the three alternate in every round so
+machine noise hits them alike. Prints the median and the best round per call
+(or per chunk), and their ratios to (a): on a shared machine the best round
+is the steadier measure of a small fixed cost.
+
+* ``requests``: ``requests.Session().get`` of a 2-byte answer, ``--calls`` times;
+* ``urllib3``: ``PoolManager.request`` of the same, ``--calls`` times;
+* ``stream``: one ``iter_content(None)`` over a body of ``--chunks`` HTTP chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import socket
+import statistics
+import threading
+import time
+from typing import Callable, Dict, Iterator, List
+
+import requests
+import urllib3
+
+import watchdog_sync as ws
+
+_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+_PIECE = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
+_CHUNK = b"%x\r\n" % len(_PIECE) + _PIECE + b"\r\n"
+
+
+def _serve(listener: socket.socket, chunks: int, stop_at: float) -> None:
+    listener.settimeout(0.5)
+    while time.monotonic() < stop_at:
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            continue
+        threading.Thread(target=_answer, args=(conn, chunks, stop_at), daemon=True).start()
+
+
+def _answer(conn: socket.socket, chunks: int, stop_at: float) -> None:
+    conn.settimeout(10)
+    with conn, contextlib.suppress(OSError):
+        pending = b""
+        while time.monotonic() < stop_at:
+            while b"\r\n\r\n" not in pending:
+                piece = conn.recv(65536)
+                if not piece:
+                    return
+                pending += piece
+            head, _, pending = pending.partition(b"\r\n\r\n")
+            if head.split(b" ", 2)[1].startswith(b"/stream"):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                batch = _CHUNK * 100
+                for _ in range(chunks // 100):
+                    conn.sendall(batch)
+                conn.sendall(b"0\r\n\r\n")
+            else:
+                conn.sendall(_OK)
+
+
+def _session_calls(base: str, calls: int) -> float:
+    with requests.Session() as session:
+        session.get(base)  # the connection is open before timing starts
+        started = time.perf_counter()
+        for _ in range(calls):
+            session.get(base)
+        return (time.perf_counter() - started) / calls
+
+
+def _urllib3_calls(base: str, calls: int) -> float:
+    with urllib3.PoolManager() as manager:
+        manager.request("GET", base)
+        started = time.perf_counter()
+        for _ in range(calls):
+            manager.request("GET", base)
+        return (time.perf_counter() - started) / calls
+
+
+def _stream(base: str, chunks: int) -> float:
+    with requests.Session() as session:
+        session.get(base)
+        started = time.perf_counter()
+        with session.get(base + "/stream", stream=True) as response:
+            size = sum(len(piece) for piece in response.iter_content(None))
+        assert size == len(_PIECE) * (chunks // 100) * 100, size
+        return (time.perf_counter() - started) / chunks
+
+
+@contextlib.contextmanager
+def _mode(name: str) -> Iterator[None]:
+    if name == "plain":
+        yield
+        return
+    undo = ws.instrument()
+    try:
+        if name == "in scope":
+            with ws.deadline(60):
+                yield
+        else:
+            yield
+    finally:
+        undo()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--chunks", type=int, default=20000)
+    args = parser.parse_args()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    server = multiprocessing.Process(
+        target=_serve, args=(listener, args.chunks, time.monotonic() + 600), daemon=True
+    )
+    server.start()
+    workloads: Dict[str, Callable[[], float]] = {
+        "requests": lambda: _session_calls(base, args.calls),
+        "urllib3": lambda: _urllib3_calls(base, args.calls),
+        "stream": lambda: _stream(base, args.chunks),
+    }
+    modes = ("plain", "outside a scope", "in scope")
+    results: Dict[str, Dict[str, List[float]]] = {w: {m: [] for m in modes} for w in workloads}
+    try:
+        for _ in range(args.rounds):
+            for workload, run in workloads.items():
+                for mode in modes:
+                    with _mode(mode):
+                        results[workload][mode].append(run())
+    finally:
+        server.terminate()
+        server.join(5)
+        listener.close()
+    print(f"{'workload':<10} {'mode':<16} {'median':>17} {'ratio':>6} {'best':>17} {'ratio':>6}")
+    for workload, by_mode in results.items():
+        unit = "us/chunk" if workload == "stream" else "us/call"
+        plain, plain_best = statistics.median(by_mode["plain"]), min(by_mode["plain"])
+        for mode in modes:
+            median, best = statistics.median(by_mode[mode]), min(by_mode[mode])
+            print(
+                f"{workload:<10} {mode:<16} {median * 1e6:>8.2f} {unit} {median / plain:>6.3f} "
+                f"{best * 1e6:>8.2f} {unit} {best / plain_best:>6.3f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
