@@ -26,6 +26,7 @@ with ``budget=`` and no scope it raises :class:`DeadlineExceeded` /
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import logging
 import re
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
-__all__ = ["HTTPXTransport", "default_library", "library_of"]
+__all__ = ["BOUND", "HTTPXTransport", "default_library", "library_of"]
 
 _log = logging.getLogger("watchdog_sync")
 _MAX_SENDS = 3  # a stream silent before its first event is sent at most twice more
@@ -62,6 +63,11 @@ _FLOOR = 0.001  # a timeout of 0 would mean non-blocking to the socket layer
 _STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
 _CONCRETE: Dict[str, type] = {}
 _CONCRETE_LOCK = threading.Lock()
+# True while an HTTPXTransport sends through the transport it wraps: instrument()'s patch of
+# HTTPTransport.handle_request then leaves the request to it (bound once, not twice).
+BOUND: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "watchdog_sync_httpx_bound", default=False
+)
 
 
 def default_library() -> Any:
@@ -234,7 +240,11 @@ class HTTPXTransport(_Base):
                 live["read"] = self._first  # the headers are part of the first-event wait
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             try:
-                response = self._transport.handle_request(request)
+                token = BOUND.set(True)
+                try:
+                    response = self._transport.handle_request(request)
+                finally:
+                    BOUND.reset(token)
             except Exception as exc:
                 if not (budget.ended or (first_bound and _is_read_timeout(exc))):
                     raise

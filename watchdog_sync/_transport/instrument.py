@@ -12,12 +12,16 @@ from __future__ import annotations
 import threading
 from typing import Callable, Dict, List, Optional
 
+from .instrument_httpx import httpx_patches
 from .instrument_urllib3 import urllib3_patches
 from .patches import PatchSet
 
 __all__ = ["instrument"]
 
-_BUILDERS: Dict[str, Callable[[], Optional[PatchSet]]] = {"urllib3": urllib3_patches}
+_BUILDERS: Dict[str, Callable[[], Optional[PatchSet]]] = {
+    "urllib3": urllib3_patches,
+    "httpx": httpx_patches,
+}
 _LOCK = threading.Lock()
 _USERS: Dict[str, int] = {}
 _INSTALLED: Dict[str, PatchSet] = {}
