@@ -12,6 +12,8 @@ is the steadier measure of a small fixed cost.
 
 * ``requests``: ``requests.Session().get`` of a 2-byte answer, ``--calls`` times;
 * ``urllib3``: ``PoolManager.request`` of the same, ``--calls`` times;
+* ``httpx2``: ``httpx2.Client().get`` of the same, ``--calls`` times (the
+  transport the openai and anthropic SDKs send through);
 * ``stream``: one ``iter_content(None)`` over a body of ``--chunks`` HTTP chunks.
 """
 
@@ -85,6 +87,17 @@ def _urllib3_calls(base: str, calls: int) -> float:
         return (time.perf_counter() - started) / calls
 
 
+def _httpx2_calls(base: str, calls: int) -> float:
+    import httpx2  # a bench dependency (the httpx extra)
+
+    with httpx2.Client() as client:
+        client.get(base)
+        started = time.perf_counter()
+        for _ in range(calls):
+            client.get(base)
+        return (time.perf_counter() - started) / calls
+
+
 def _stream(base: str, chunks: int) -> float:
     with requests.Session() as session:
         session.get(base)
@@ -128,6 +141,7 @@ def main() -> None:
     workloads: Dict[str, Callable[[], float]] = {
         "requests": lambda: _session_calls(base, args.calls),
         "urllib3": lambda: _urllib3_calls(base, args.calls),
+        "httpx2": lambda: _httpx2_calls(base, args.calls),
         "stream": lambda: _stream(base, args.chunks),
     }
     modes = ("plain", "outside a scope", "in scope")

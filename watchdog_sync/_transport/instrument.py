@@ -1,7 +1,9 @@
 """instrument(): the deadline() scope binds the HTTP clients a process already has.
 
 Opt-in and process-wide: it patches urllib3 (so requests, botocore, ...) at
-the points that see every connection of every pool (``instrument_urllib3.py``).
+the points that see every connection of every pool (``instrument_urllib3.py``),
+and the ``HTTPTransport`` of httpx2 and httpx (so the openai and anthropic
+SDKs) through :class:`HTTPXTransport`'s budget binding (``instrument_httpx.py``).
 Calls are counted: each ``instrument()`` returns its own undo, and the
 patches come out when the last undo has run, restoring the original methods
 exactly. Thread-safe: calls and undos may come from any thread.
@@ -28,7 +30,7 @@ _INSTALLED: Dict[str, PatchSet] = {}
 
 
 def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None]:
-    """Bound every urllib3 connection in the process by the current ``deadline()`` scope.
+    """Bound every urllib3 and httpx connection in the process by the current ``deadline()`` scope.
 
     After ``instrument()``, inside a ``deadline()`` scope every request that
     urllib3 makes (``requests.get``, a ``requests.Session``, botocore,
@@ -36,7 +38,11 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
     a :class:`Session` request: name resolution, connect, the proxy tunnel and
     every read are clipped to the time left, and the connection's socket is
     shut from outside when the budget ends, so even a body that drips one
-    byte a second stops at the deadline. A connection is bound only while a
+    byte a second stops at the deadline. Every request through an httpx2 or
+    httpx ``HTTPTransport`` (the default of their clients, so ``openai.OpenAI()``
+    and ``anthropic.Anthropic()`` as they are) is bounded the same way, by
+    :class:`HTTPXTransport`'s binding with no idle limit of its own (a client
+    on :func:`httpx_client` is bound once, by its transport). A connection is bound only while a
     request has it checked out: one back in the pool is never shut, and the
     next request reuses it. Outside any scope nothing changes (a check of a
     ``ContextVar`` per call, measured in ``docs/benchmarks.md``), and
@@ -45,7 +51,9 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
     :func:`guard_stream` over a body read through such a connection
     (``guard_stream(response.iter_lines(), idle_timeout=30)``) shuts that
     socket when the stream ends early (idle timeout, the budget's end,
-    ``close()``), with or without ``on_timeout``, so its reader thread exits.
+    ``close()``), with or without ``on_timeout``, so its reader thread exits;
+    the same for an SDK stream (``guard_stream(client.chat.completions.create(
+    ..., stream=True), idle_timeout=30)``), in a scope or not.
 
     On timeout or cancel: when the scope's budget ends, the request (or the
     body read) raises :class:`Cancelled`, a ``BaseException``, so neither
@@ -59,13 +67,14 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
 
     Args:
         urllib3: patch urllib3 (requests, botocore, ...).
-        httpx: reserved for httpx/httpx2 (the openai and anthropic SDKs);
-            nothing is patched for it yet. Use :class:`HTTPXTransport` there.
+        httpx: patch httpx2 and httpx, whichever are installed (imported
+            now if they are; neither installed: nothing to patch). Async
+            transports are not patched.
 
     Returns:
         ``undo``: removes this call's patches. Idempotent (a second call does
         nothing). Calls are counted: after ``instrument()`` twice, the patches
-        stay until both undos ran; the last one restores urllib3's original
+        stay until both undos ran; the last one restores the original
         methods exactly, and requests in flight then stop being bounded.
 
     Raises:
@@ -76,6 +85,7 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
         undo = watchdog_sync.instrument()
         with watchdog_sync.deadline(10):
             requests.post(url, json=payload)   # DeadlineExceeded after 10 s, whatever the server does
+            openai.OpenAI().chat.completions.create(...)   # the same
         undo()
     """
     for name, value in (("urllib3", urllib3), ("httpx", httpx)):
