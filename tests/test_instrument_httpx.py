@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any, Iterator
 
+import anthropic
 import httpx
 import httpx2
 import openai
@@ -59,6 +60,12 @@ def _stream_all(client: openai.OpenAI) -> int:
     return chunks
 
 
+def _read_messages(client: anthropic.Anthropic) -> None:
+    with client.messages.stream(model="m", max_tokens=8, messages=MESSAGES) as stream:
+        for _ in stream:
+            pass
+
+
 def _ended(gateway: FaultGateway, base: str, limit: float = 2.0) -> bool:
     give_up = time.monotonic() + limit
     while time.monotonic() < give_up:
@@ -85,6 +92,20 @@ def test_the_openai_sdk_with_defaults_ends_at_the_deadline(
     assert DEADLINE - 0.1 <= elapsed < DEADLINE + SLACK
     assert len(gateway.requests_seen(base)) == 1  # the SDK's retry loop did not swallow it
     assert _ended(gateway, base)
+
+
+def test_the_anthropic_sdk_with_defaults_ends_at_the_deadline(
+    instrumented: None, gateway: FaultGateway
+) -> None:
+    """anthropic.Anthropic() as is, on a stream of pings only: DeadlineExceeded on time."""
+    base = gateway.base_url("pings_only", api="anthropic")
+    with anthropic.Anthropic(base_url=base, api_key=KEY) as client:
+        started = time.monotonic()
+        with pytest.raises(ws.DeadlineExceeded), ws.deadline(DEADLINE):
+            _read_messages(client)
+        elapsed = time.monotonic() - started
+    assert DEADLINE - 0.1 <= elapsed < DEADLINE + SLACK
+    assert len(gateway.requests_seen(base)) == 1
 
 
 def test_a_healthy_sdk_stream_in_a_scope_arrives_whole(
