@@ -125,6 +125,25 @@ def test_a_bare_httpx_call_ends_at_the_deadline(instrumented: None, library: Any
     assert 0.9 <= elapsed < 1.0 + SLACK
 
 
+def answer_ok_keepalive(conn: socket.socket, stop: threading.Event) -> None:
+    while not stop.is_set():
+        if not read_request_head(conn):
+            return
+        conn.sendall(OK)
+
+
+def test_a_pooled_httpx2_connection_is_not_shut_after_the_scope_ended(instrumented: None) -> None:
+    """The response was read and closed: the budget's end leaves its connection in the pool."""
+    ended = threading.Event()
+    with RawServer(answer_ok_keepalive) as server, httpx2.Client(timeout=5) as client:
+        with ws.deadline(0.3) as budget:
+            assert client.get(server.url).text == "ok"
+            budget.on_done(lambda _: ended.set())
+        assert ended.wait(5)
+        assert client.get(server.url).text == "ok"
+        assert server.accepted == 1
+
+
 def test_outside_a_scope_a_slow_httpx2_call_still_completes(instrumented: None) -> None:
     with RawServer(answer_after_a_while) as server, httpx2.Client(timeout=5) as client:
         assert client.get(server.url).text == "ok"
