@@ -225,6 +225,23 @@ def openai_sdk_defaults(base_url: str) -> Call:
     return _openai(base_url)
 
 
+def openai_sdk_instrument(base_url: str) -> Call:
+    """The OpenAI SDK with its defaults, after ``instrument()``, the call inside ``deadline(D)``."""
+    import watchdog_sync as ws
+
+    sdk_call = _openai(base_url)
+
+    def call() -> Answer:
+        undo = ws.instrument()
+        try:
+            with ws.deadline(DEADLINE):
+                return sdk_call()
+        finally:
+            undo()
+
+    return call
+
+
 def httpx_sse(base_url: str) -> Call:
     """httpx + httpx-sse: read timeout I, D for the rest; no retries, no total deadline."""
     import httpx
@@ -255,6 +272,7 @@ CLIENTS: Dict[str, Callable[[str], Call]] = {
     "requests_sseclient": requests_sseclient,
     "openai_sdk": openai_sdk,
     "openai_sdk_defaults": openai_sdk_defaults,
+    "openai_sdk_instrument": openai_sdk_instrument,
     "httpx_sse": httpx_sse,
     "tenacity_requests": tenacity_requests,
     "stamina_requests": stamina_requests,

@@ -51,8 +51,8 @@ def test_the_matrix_has_the_peers_tables_rows_and_columns() -> None:
         "reset_before_headers", "http429", "http503", "invalid_utf8", "oversized_event",
     ]  # fmt: skip
     assert list(matrix.CLIENTS) == [
-        "ChatClient", "requests_sseclient", "openai_sdk", "openai_sdk_defaults", "httpx_sse",
-        "tenacity_requests", "stamina_requests",
+        "ChatClient", "requests_sseclient", "openai_sdk", "openai_sdk_defaults",
+        "openai_sdk_instrument", "httpx_sse", "tenacity_requests", "stamina_requests",
     ]  # fmt: skip
 
 

@@ -149,12 +149,13 @@ def test_outside_a_scope_a_slow_httpx2_call_still_completes(instrumented: None) 
         assert client.get(server.url).text == "ok"
 
 
+@pytest.mark.parametrize("in_scope", [False, True])
 def test_guard_stream_over_an_sdk_stream_shuts_its_socket_on_idle(
-    instrumented: None, gateway: FaultGateway
+    instrumented: None, gateway: FaultGateway, in_scope: bool
 ) -> None:
-    """No on_timeout, no scope: the idle timeout wakes the reader blocked in the SDK's recv."""
+    """No on_timeout: the idle timeout wakes the reader blocked in the SDK's recv."""
     base = gateway.base_url("stall_after_chunks")
-    with openai.OpenAI(base_url=base, api_key=KEY) as client:
+    with openai.OpenAI(base_url=base, api_key=KEY) as client, ws.deadline(20 if in_scope else None):
         sdk_stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
         with (
             pytest.raises(ws.StreamIdleTimeout),

@@ -4,10 +4,11 @@ The openai and anthropic SDKs (and most other httpx code) send through an
 ``HTTPTransport``, the library's default. Its ``handle_request`` is wrapped:
 
 * inside a ``deadline()`` scope, the request goes through
-  :class:`HTTPXTransport`'s budget binding (no idle or first-event limit of
-  its own): every timeout clipped to the time left, the response's socket
-  shut from outside at the budget's end, ``Cancelled`` raised, which the SDKs'
-  ``except Exception`` retry loops cannot swallow;
+  :class:`HTTPXTransport` with no idle or first-event limit (so never sent
+  again): every timeout clipped to the time left, the response's socket shut
+  from outside at the budget's end, ``Cancelled`` raised, which the SDKs'
+  ``except Exception`` retry loops cannot swallow; an event stream is checked
+  as that transport checks one (terminal event, event size cap);
 * in and out of a scope, the body of an HTTP/1.1 response registers its socket
   with a :func:`guard_stream` reader thread while it reads, so a guarded SDK
   stream that goes quiet is shut and its reader exits.
