@@ -75,7 +75,8 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
         ``undo``: removes this call's patches. Idempotent (a second call does
         nothing). Calls are counted: after ``instrument()`` twice, the patches
         stay until both undos ran; the last one restores the original
-        methods exactly, and requests in flight then stop being bounded.
+        methods exactly. urllib3 requests in flight then stop being bounded;
+        an httpx response already returned stays bounded until it is closed.
 
     Raises:
         TypeError: an argument is not a bool.
