@@ -1,20 +1,12 @@
 """The channel between a guarded stream's reader thread and its consumer.
 
-A daemon reader thread (``watchdog_sync-stream-reader``) iterates the source
-into a bounded buffer; the consumer takes what has accumulated as one batch
-and iterates it without the channel lock. It only waits on an empty buffer,
-at most ``min(idle limit, budget remaining)``. On an idle timeout or the
-budget's end ``on_timeout`` shuts the source from outside (the reader is
-usually blocked in ``recv``) and the consumer raises at once.
-
-Who guards what (the full argument, which holds without the GIL, is in
-docs/architecture.md, "The stream hand-off"): ``_lock`` guards every flag, the
-ending, which list ``_gate`` is, every wait and notification; ``_buf`` changes
-only by single list operations (the reader appends; the consumer, under
-``_lock``, copies then deletes the ``count`` items it counted); the consumer
-clears ``_gate`` before it waits, then looks at the buffer again through a
-locked list operation: it sees the item, or the reader sees the cleared gate
-right after appending it and wakes it. (No free-threaded build here: argued.)
+The reader thread (``watchdog_sync-stream-reader``) fills a bounded buffer; the
+consumer takes what has accumulated as one batch and waits only on an empty
+buffer, at most ``min(idle limit, budget remaining)``; on an idle timeout or the
+budget's end ``on_timeout`` shuts the source from outside and the consumer raises.
+``_lock`` guards every flag, the ending, ``_gate``, every wait and notification;
+``_buf`` changes only by single list operations. Why this holds without the GIL:
+docs/architecture.md, "The stream hand-off".
 """
 
 from __future__ import annotations
