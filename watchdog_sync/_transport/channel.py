@@ -24,8 +24,8 @@ from .._core import events as _events
 from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.clock import Clock
-from .._core.config import ENV_IDLE_TIMEOUT
-from .._core.errors import Cancelled, StreamIdleTimeout
+from .._core.errors import Cancelled
+from .idle import idle_timeout_error
 from .reads import READER_SOCKETS, ReaderSockets
 from .stats import StreamStats
 
@@ -328,22 +328,14 @@ class Channel(Generic[T]):
         assert limit is not None and wait_from is not None
         waited = now - (self._created if first_phase else wait_from)
         self._finish("idle_timeout")
-        lifetime = now - self._created
-        if first_phase:
-            what = f"no first item within {waited:.2f}s of opening the stream"
-            knob = "first_item_timeout=" if self._first_named else "idle_timeout="
-        else:
-            what = f"no stream activity for {waited:.2f}s after {self._taken} chunks"
-            knob = "idle_timeout="
-        raise StreamIdleTimeout(
-            f"{what} (limit {limit:g}s, stream open {lifetime:.2f}s); if the source is "
-            f"legitimately this slow, raise {knob} (or the {ENV_IDLE_TIMEOUT} environment "
-            "variable)",
-            idle_timeout=limit,
-            chunks_received=self._taken,
-            stream_lifetime=lifetime,
+        raise idle_timeout_error(
+            first_phase=first_phase,
+            first_named=self._first_named,
+            waited=waited,
+            limit=limit,
+            chunks=self._taken,
+            lifetime=now - self._created,
             stage=self._stage,
-            elapsed=lifetime,
         )
 
     # -- ending ----------------------------------------------------------------
