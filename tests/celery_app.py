@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from celery import Celery
 
@@ -49,6 +49,14 @@ def budget_seen() -> Optional[float]:
     return None if left == float("inf") else left
 
 
+@app.task(name="wdsync.retry_once", bind=True)
+def retry_once(self: Any) -> Optional[float]:
+    """Retries itself once after 1 s, then returns the seconds left of its scope."""
+    if self.request.retries == 0:
+        raise self.retry(countdown=1.0, max_retries=1)
+    return budget_seen()
+
+
 @app.task(name="wdsync.hold")
 def hold(seconds: float) -> float:
     """Keeps a worker slot busy for ``seconds`` (a plain sleep: no library wait)."""
@@ -83,4 +91,3 @@ def mark(path: str) -> str:
     with open(path, "w", encoding="utf-8") as out:
         out.write("ran")
     return path
-

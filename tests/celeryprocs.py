@@ -45,6 +45,16 @@ def _end(proc: subprocess.Popen[bytes], stop_seconds: float = _STOP_SECONDS) -> 
         os.killpg(proc.pid, signal.SIGKILL)  # children a SIGKILLed parent left behind
 
 
+def _pong(port: int) -> bool:
+    """True when a Redis on ``port`` answers PING."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 class RedisServer:
     """``redis-server`` on a free port of 127.0.0.1, without persistence, in ``root``."""
 
@@ -78,11 +88,8 @@ class RedisServer:
         while True:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited at start: {self.log()}")
-            with contextlib.suppress(OSError):
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
-                    conn.sendall(b"PING\r\n")
-                    if conn.recv(64).startswith(b"+PONG"):
-                        return
+            if _pong(self.port):
+                return
             if time.monotonic() > give_up:
                 raise RuntimeError(f"redis-server did not answer within {_START_SECONDS}s")
             time.sleep(0.02)

@@ -17,6 +17,8 @@ from watchdog_sync._core.errors import with_fields
 from watchdog_sync._core.events import context_with_fields, emit, event_fields
 from watchdog_sync._core.redact import excerpt
 from watchdog_sync._core.scope import entry_scope
+from watchdog_sync._propagate.celery import HEADER_DEADLINE, HEADER_TIMEOUT, task_window
+from watchdog_sync._propagate.wallclock import time_left
 from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
@@ -57,6 +59,8 @@ def buffered_events(stream: SSEStream) -> int:
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED",
+    "HEADER_DEADLINE",
+    "HEADER_TIMEOUT",
     "MAX_LAYERS",
     "MAX_RESPONSE_BYTES",
     "SCENARIOS",
@@ -88,6 +92,8 @@ __all__ = [
     "stream_error",
     "suggest_idle_timeout",
     "UnknownEncoding",
+    "task_window",
+    "time_left",
     "validate_duration",
     "with_fields",
 ]

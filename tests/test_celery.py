@@ -21,7 +21,6 @@ from typing import Any, Iterator
 
 import pytest
 
-import watchdog_sync
 from watchdog_sync import DeadlineExceeded, deadline
 
 from .celeryprocs import RedisServer, Worker
@@ -161,3 +160,13 @@ def test_a_task_whose_caller_gave_up_before_a_worker_took_it_is_not_started(
     assert isinstance(error, TaskRevokedError), repr(error)
     assert result.state == "REVOKED"
     assert not proof.exists()
+
+
+def test_a_retry_keeps_its_callers_deadline_not_the_soft_limit_window_of_its_first_run(
+    celery: Celery,
+) -> None:
+    """First run's window is 0.7 s, the retry comes 1 s later: it runs (the caller had 5 s)."""
+    with deadline(5):
+        result = celery.module.retry_once.apply_async(soft_time_limit=1.2)
+    left = result.get(timeout=_RESULT_SECONDS)
+    assert 0.5 < left <= 0.7  # the retried run's own window, inside the caller's remaining ~4 s

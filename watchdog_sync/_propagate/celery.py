@@ -118,9 +118,11 @@ class _Installation:
         self.app = app
         self.margin = margin
         self._lock = threading.Lock()
-        self._wrapped: Dict[str, Tuple[Any, Any]] = {}  # name -> (task, its own ``run`` or _MISSING)
+        # task name -> (the task, its own ``run`` attribute before wrapping, or _MISSING)
+        self._wrapped: Dict[str, Tuple[Any, Any]] = {}
         self._disconnect: List[Callable[[], None]] = []
         self._done = False
+        self.undo: Callable[[], None] = self._undo  # one object: install() returns it each time
 
     def _uid(self, what: str) -> str:
         return f"watchdog_sync.celery.{what}.{id(self.app)}"
@@ -138,7 +140,7 @@ class _Installation:
         if self.app.finalized:
             self.wrap_tasks()
 
-    def undo(self) -> None:
+    def _undo(self) -> None:
         with _LOCK:
             if _INSTALLED.get(id(self.app)) is self:
                 del _INSTALLED[id(self.app)]
@@ -217,8 +219,9 @@ class _Installation:
         kwargs: Dict[str, Any],
     ) -> Any:
         hard, soft = _request_limits(request)
-        soft = soft or _positive(task.soft_time_limit) or _positive(self.app.conf.task_soft_time_limit)
-        hard = hard or _positive(task.time_limit) or _positive(self.app.conf.task_time_limit)
+        conf = self.app.conf
+        soft = soft or _positive(task.soft_time_limit) or _positive(conf.task_soft_time_limit)
+        hard = hard or _positive(task.time_limit) or _positive(conf.task_time_limit)
         caller = _caller_left(request)
         window = task_window(caller, soft=soft, hard=hard, margin=self.margin)
         if window is None:

@@ -52,7 +52,9 @@ def parse_seconds(value: Any, name: str) -> Optional[float]:
         except ValueError:
             number = None
     if number is None or not math.isfinite(number):
-        _log.warning("ignoring the malformed %s header %.64r: no deadline taken from it", name, value)
+        _log.warning(
+            "ignoring the malformed %s header %.64r: no deadline taken from it", name, value
+        )
         return None
     return number
 
