@@ -65,10 +65,11 @@ def hold(seconds: float) -> float:
 
 
 @app.task(name="wdsync.fetch")
-def fetch(url: str) -> int:
-    """One GET through watchdog_sync.Session: bounded by the scope the worker runs it in."""
+def fetch(url: str, timeout: Optional[float] = None) -> int:
+    """One GET through watchdog_sync.Session: bounded by the scope the worker runs it in
+    (and by its own ``timeout``, a fresh full one per hop, as legacy code passes it)."""
     with watchdog_sync.Session() as session:
-        return int(session.get(url).status_code)
+        return int(session.get(url, timeout=timeout).status_code)
 
 
 @app.task(name="wdsync.fetch_retrying")
