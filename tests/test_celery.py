@@ -35,7 +35,7 @@ def _silent(conn: socket.socket, stop: threading.Event) -> None:
     wait_for_disconnect(conn, stop)  # accepts, reads the request, never answers
 
 
-class Celery:
+class Running:
     """The running set-up: the app module (tasks, ``app``) and its worker."""
 
     def __init__(self, module: Any, worker: Worker) -> None:
@@ -44,7 +44,7 @@ class Celery:
 
 
 @pytest.fixture(scope="module")
-def celery() -> Iterator[Celery]:
+def celery() -> Iterator[Running]:
     """tests.celery_app on a Redis of its own (or the one named), with one worker running."""
     if "tests.celery_app" in sys.modules:
         raise RuntimeError("tests.celery_app was imported before its broker was chosen")
@@ -66,7 +66,7 @@ def celery() -> Iterator[Celery]:
                 queues=[module.QUEUE],
             )  # fmt: skip
             assert module.add.delay(1, 1).get(timeout=_RESULT_SECONDS) == 2  # pools warmed up
-            yield Celery(module, worker)
+            yield Running(module, worker)
         finally:
             if worker is not None:
                 worker.stop()
@@ -91,7 +91,7 @@ def _outcome(result: Any) -> BaseException:
 
 
 def test_a_task_sent_inside_a_deadline_fails_with_deadline_exceeded_about_then(
-    celery: Celery,
+    celery: Running,
 ) -> None:
     """Queue time included: both worker slots are busy for 1 s, the 2 s deadline still holds."""
     tasks = celery.module
@@ -110,7 +110,7 @@ def test_a_task_sent_inside_a_deadline_fails_with_deadline_exceeded_about_then(
 
 
 def test_a_task_retrying_in_except_exception_ends_at_its_soft_limit_less_the_margin(
-    celery: Celery,
+    celery: Running,
 ) -> None:
     """soft_time_limit 1.5 s, margin 0.5 s: the scope ends at 1 s, not at the 6 s hard limit."""
     tasks = celery.module
@@ -124,7 +124,7 @@ def test_a_task_retrying_in_except_exception_ends_at_its_soft_limit_less_the_mar
     assert 0.9 <= ended < 2.5, f"ended {ended:.2f}s after sending"
 
 
-def test_a_task_that_finishes_in_time_is_untouched(celery: Celery) -> None:
+def test_a_task_that_finishes_in_time_is_untouched(celery: Running) -> None:
     """Its value comes back; inside, it saw the caller's budget less the time in transit."""
     tasks = celery.module
     with deadline(5):
@@ -135,14 +135,14 @@ def test_a_task_that_finishes_in_time_is_untouched(celery: Celery) -> None:
     assert 3.5 < left <= 5.0
 
 
-def test_outside_a_scope_a_task_runs_until_its_time_limit_less_the_margin(celery: Celery) -> None:
+def test_outside_a_scope_a_task_runs_until_its_time_limit_less_the_margin(celery: Running) -> None:
     """No caller deadline: the body's scope is the app's task_time_limit (30 s) less 0.5 s."""
     left = celery.module.budget_seen.delay().get(timeout=_RESULT_SECONDS)
     assert 28.5 < left <= 29.5
 
 
 def test_a_task_whose_caller_gave_up_before_a_worker_took_it_is_not_started(
-    celery: Celery, tmp_path: pathlib.Path
+    celery: Running, tmp_path: pathlib.Path
 ) -> None:
     """Sent to a queue no worker reads until the caller's 0.3 s are over: revoked, body not run."""
     from celery.exceptions import TaskRevokedError
@@ -163,7 +163,7 @@ def test_a_task_whose_caller_gave_up_before_a_worker_took_it_is_not_started(
 
 
 def test_a_retry_keeps_its_callers_deadline_not_the_soft_limit_window_of_its_first_run(
-    celery: Celery,
+    celery: Running,
 ) -> None:
     """First run's window is 0.7 s, the retry comes 1 s later: it runs (the caller had 5 s)."""
     with deadline(5):
