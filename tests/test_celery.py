@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import pathlib
+import re
 import socket
 import sys
 import tempfile
@@ -105,7 +106,9 @@ def test_a_task_sent_inside_a_deadline_fails_with_deadline_exceeded_about_then(
         assert [hold.get(timeout=_RESULT_SECONDS) for hold in holds] == [1.0, 1.0]
     assert isinstance(error, DeadlineExceeded), repr(error)
     assert error.reason == "deadline_exceeded"
-    assert "caller's deadline" in str(error)
+    left_at_start = re.search(r"caller's deadline \((\d+\.\d+)s left at start\)", str(error))
+    assert left_at_start is not None, str(error)
+    assert float(left_at_start.group(1)) <= 1.1  # the 1 s in the queue was spent from the 2 s
     assert 1.9 <= ended < 2.9, f"ended {ended:.2f}s after sending, its deadline was 2 s"
 
 
