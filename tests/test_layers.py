@@ -33,8 +33,6 @@ RANKS = {
     "cli": 5,
 }
 DOOR = 6
-# Public submodules that are a framework integration's door (watchdog_sync.celery -> _propagate).
-INTEGRATION_DOORS = {"celery", "otel", "wsgi"}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -50,13 +48,13 @@ MODULES: Dict[str, pathlib.Path] = {_module_name(p): p for p in sorted(ROOT.rglo
 def _part(module: str) -> str:
     """``watchdog_sync._core.errors`` -> ``core``; the package itself is the door."""
     pieces = module.split(".")
-    if len(pieces) == 1 or (len(pieces) == 2 and pieces[1] in INTEGRATION_DOORS):
+    if len(pieces) == 1:
         return "door"
     name = pieces[1].lstrip("_")
     if name == "version":
         return "core"  # a leaf
-    if name == "wsgi":
-        return "propagate"  # its public face
+    if name in ("wsgi", "celery"):
+        return "propagate"  # its public faces
     if name == "otel":
         return "telemetry"  # its public face
     return name
@@ -151,7 +149,6 @@ def test_the_import_graph_sees_the_imports() -> None:
     assert "watchdog_sync._cli.demo" in GRAPH["watchdog_sync._cli.main"]  # inside a function
     assert "watchdog_sync._core.budget" not in GRAPH["watchdog_sync._core.errors"]  # typing only
     assert len(GRAPH) == len(MODULES) > 40
-    assert _part("watchdog_sync.celery") == "door"
     assert "watchdog_sync._propagate.celery" in GRAPH["watchdog_sync.celery"]
 
 

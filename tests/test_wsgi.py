@@ -337,15 +337,15 @@ def _imported_parts(path: pathlib.Path) -> Set[str]:
     return parts
 
 
-def test_only_the_door_and_the_wsgi_module_import_the_propagate_part() -> None:
-    """_propagate sits above transport: it imports core/retry/transport, and only the door
-    and watchdog_sync.wsgi import it."""
+def test_only_the_door_and_the_wsgi_and_celery_modules_import_the_propagate_part() -> None:
+    """_propagate sits above transport: it imports core/retry/transport, and only the door,
+    watchdog_sync.wsgi and watchdog_sync.celery import it."""
     root = pathlib.Path(ws.__file__).parent
     importers = sorted(
         str(path.relative_to(root))
         for path in root.rglob("*.py")
         if path.parent.name != "_propagate" and "_propagate" in _imported_parts(path)
     )
-    assert importers == ["__init__.py", "wsgi.py"]
+    assert importers == ["__init__.py", "celery.py", "wsgi.py"]
     for path in (root / "_propagate").glob("*.py"):
         assert _imported_parts(path) <= {"_propagate", "_core", "_retry", "_transport"}, path

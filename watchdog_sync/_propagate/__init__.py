@@ -1,5 +1,6 @@
-"""propagate: deadline headers in and out, and the WSGI middleware.
+"""propagate: deadline headers in and out, the WSGI middleware, the Celery integration.
 
 Above the transport part: imports the core and transport (whose ``Session``
-sends the headers); only the public door and ``watchdog_sync.wsgi`` import it.
+sends the headers); only the public door, ``watchdog_sync.wsgi`` and
+``watchdog_sync.celery`` import it.
 """
