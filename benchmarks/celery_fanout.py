@@ -33,7 +33,7 @@ from typing import Any, Dict, List
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.celeryprocs import RedisServer, Worker  # noqa: E402 - needs ROOT on sys.path
+from integration.celeryprocs import RedisServer, Worker  # noqa: E402 - needs ROOT on sys.path
 from tests.rawserver import RawServer, wait_for_disconnect  # noqa: E402
 from watchdog_sync import deadline  # noqa: E402
 from watchdog_sync.celery import install  # noqa: E402
@@ -119,7 +119,7 @@ def main() -> None:
         try:
             os.environ["WATCHDOG_SYNC_TEST_REDIS_URL"] = redis.url
             os.environ["WATCHDOG_SYNC_TEST_CELERY_INSTALL"] = "0"
-            import tests.celery_app as module
+            import integration.celery_app as module
 
             for installed in (False, True):
                 run(module, root, installed=installed, args=args)

@@ -102,7 +102,7 @@ class RedisServer:
 
 
 class Worker:
-    """``celery -A tests.celery_app worker`` on ``queues``, ready once it answers a ping."""
+    """``celery -A integration.celery_app worker`` on ``queues``, ready once it answers a ping."""
 
     def __init__(
         self,
@@ -118,7 +118,7 @@ class Worker:
         self._app = app
         self._log = log
         command = [
-            sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+            sys.executable, "-m", "celery", "-A", "integration.celery_app", "worker",
             f"--pool={pool}", "-c", str(concurrency), "-n", self.name, "-Q", ",".join(queues),
             "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel=WARNING",
         ]  # fmt: skip

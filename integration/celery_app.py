@@ -4,7 +4,7 @@ The broker and result backend are the Redis at ``WATCHDOG_SYNC_TEST_REDIS_URL``;
 to the queue ``WATCHDOG_SYNC_TEST_CELERY_QUEUE`` (one per test run, so runs sharing a Redis
 never see each other's messages). ``WATCHDOG_SYNC_TEST_CELERY_INSTALL=0`` leaves
 ``watchdog_sync.celery.install`` out, to measure what happens without it. The worker
-(``celery -A tests.celery_app worker``) and the test process import this same module.
+(``celery -A integration.celery_app worker``) and the test process import this same module.
 """
 
 from __future__ import annotations

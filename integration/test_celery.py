@@ -1,6 +1,6 @@
 """watchdog_sync.celery on a real Redis broker with a real prefork worker process.
 
-The worker (``celery -A tests.celery_app worker``, 2 processes) and a redis-server on a free
+The worker (``celery -A integration.celery_app worker``, 2 processes) and a redis-server on a free
 port of 127.0.0.1 are started once for the module (``WATCHDOG_SYNC_TEST_REDIS_URL`` names a
 Redis to use instead) and reaped at its end. The dependency the tasks call is a raw socket
 server in this process that accepts and never answers.
@@ -22,10 +22,10 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.rawserver import RawServer, wait_for_disconnect
 from watchdog_sync import DeadlineExceeded, deadline
 
 from .celeryprocs import RedisServer, Worker
-from .rawserver import RawServer, wait_for_disconnect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,9 +46,9 @@ class Running:
 
 @pytest.fixture(scope="module")
 def celery() -> Iterator[Running]:
-    """tests.celery_app on a Redis of its own (or the one named), with one worker running."""
-    if "tests.celery_app" in sys.modules:
-        raise RuntimeError("tests.celery_app was imported before its broker was chosen")
+    """integration.celery_app on a Redis of its own (or the one named), with one worker running."""
+    if "integration.celery_app" in sys.modules:
+        raise RuntimeError("integration.celery_app was imported before its broker was chosen")
     given = os.environ.get("WATCHDOG_SYNC_TEST_REDIS_URL")
     with tempfile.TemporaryDirectory(prefix="wdsync-celery-") as root:
         redis = None if given else RedisServer(pathlib.Path(root))
@@ -59,7 +59,7 @@ def celery() -> Iterator[Running]:
         }
         saved = {key: os.environ.get(key) for key in env}
         os.environ.update(env)
-        module = importlib.import_module("tests.celery_app")
+        module = importlib.import_module("integration.celery_app")
         worker = None
         try:
             worker = Worker(
@@ -74,7 +74,7 @@ def celery() -> Iterator[Running]:
             module.app.close()
             if module.undo is not None:
                 module.undo()
-            sys.modules.pop("tests.celery_app", None)
+            sys.modules.pop("integration.celery_app", None)
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
