@@ -15,9 +15,11 @@ from typing import Dict, Tuple
 __all__ = [
     "BUCKETS",
     "CHAT_OPERATIONS",
+    "PROVIDERS",
     "SCHEMA_URL",
     "SPAN_NAMES",
     "TIMEOUT_REASONS",
+    "UNATTEMPTED",
 ]
 
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.0"
@@ -55,8 +57,21 @@ TIMEOUTS = "watchdog_sync.timeouts"
 RETRIES = "watchdog_sync.retries"
 
 # The call operations of the events (CallMark) that are GenAI chat calls: streaming or not.
-CHAT_OPERATIONS: Dict[str, bool] = {"chat": False, "chat_stream": True}
-SPAN_NAMES = {"retry": "retry_call", "sse": "stream_sse"}
+# ``http_*``: an SDK's request through HTTPXTransport to a chat path.
+CHAT_OPERATIONS: Dict[str, bool] = {
+    "chat": False,
+    "chat_stream": True,
+    "http_chat": False,
+    "http_chat_stream": True,
+    "http_messages": False,
+    "http_messages_stream": True,
+}
+# Any other HTTPXTransport request is an HTTP client span, named ``HTTP`` (the conventions'
+# name when the method is not known).
+SPAN_NAMES = {"retry": "retry_call", "sse": "stream_sse", "http": "HTTP"}
 PROVIDER_NAME = "openai"  # ChatClient speaks the OpenAI chat completions format
+PROVIDERS = {"http_messages": "anthropic", "http_messages_stream": "anthropic"}
+# Calls that emit no attempt events: a timeout that ends one is counted at its end.
+UNATTEMPTED = frozenset({"sse", "http"} | {op for op in CHAT_OPERATIONS if op.startswith("http")})
 # Reasons that are timeouts, counted by watchdog_sync.timeouts.
 TIMEOUT_REASONS = frozenset({"stream_idle_timeout", "deadline_exceeded", "operation_timeout"})

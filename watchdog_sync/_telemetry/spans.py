@@ -149,6 +149,8 @@ class SpanListener:
             call.owner.attempts = event.attempt
             return
         span, error = call.span, event.error_type
+        if call.operation in names.UNATTEMPTED and call.operation != "sse":
+            error = error or _http_error(event.status)  # an HTTPXTransport call: as HTTP spans
         seconds = (event.elapsed_ms or 0.0) / 1000.0
         first = None if event.first_byte_ms is None else event.first_byte_ms / 1000.0
         ended: Dict[str, Any] = {
@@ -156,6 +158,7 @@ class SpanListener:
             names.CHUNKS: event.chunks_received,
             names.REMAINING: None if event.remaining_ms is None else event.remaining_ms / 1000.0,
             names.ENDED_BY: None if error is not None else event.reason or "completed",
+            names.HTTP_STATUS: event.status,
         }
         if event.finish_reason is not None:
             ended[names.FINISH_REASONS] = (event.finish_reason,)
@@ -165,7 +168,7 @@ class SpanListener:
             ended[names.ERROR_TYPE] = error
             ended[names.HTTP_STATUS] = event.status if event.status is not None else call.status
             span.set_status(Status(StatusCode.ERROR, error))
-            if call.operation == "sse" and error in names.TIMEOUT_REASONS:
+            if call.operation in names.UNATTEMPTED and error in names.TIMEOUT_REASONS:
                 self._instruments.timeout(error, call.operation)  # no attempts to count it
         span.set_attributes({k: v for k, v in ended.items() if v is not None})
         span.end()
@@ -206,7 +209,7 @@ def _start_attributes(event: Event, operation: str) -> Dict[str, Any]:
     }
     if operation in names.CHAT_OPERATIONS:
         attributes[names.OPERATION] = "chat"
-        attributes[names.PROVIDER] = names.PROVIDER_NAME
+        attributes[names.PROVIDER] = names.PROVIDERS.get(operation, names.PROVIDER_NAME)
         attributes[names.REQUEST_MODEL] = event.model
         attributes[names.REQUEST_STREAM] = names.CHAT_OPERATIONS[operation]
     return attributes
@@ -226,3 +229,8 @@ def _per_chunk(event: Event, first: Optional[float]) -> Optional[float]:
     if first is None or last is None or chunks is None or chunks < 2:
         return None
     return max(0.0, last / 1000.0 - first) / (chunks - 1)
+
+
+def _http_error(status: Optional[int]) -> Optional[str]:
+    """The conventions' ``error.type`` of an HTTP client call answered ``status`` (4xx, 5xx)."""
+    return None if status is None or status < 400 else str(status)

@@ -133,6 +133,8 @@ class EventBody:
     before its first event) is raised by the first read.
     """
 
+    watch: Any = None  # the EventWatch that read its events (set by the transport)
+
     def __init__(
         self,
         head: Optional[bytes],

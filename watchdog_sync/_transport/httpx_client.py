@@ -20,6 +20,7 @@ def httpx_client(
     idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
     first_event_timeout: Optional[Duration] = AS_IDLE,
     budget: Optional[Budget] = None,
+    propagate: bool = False,
     **client_kwargs: Any,
 ) -> httpx2.Client:
     """An ``httpx2.Client`` (``httpx.Client`` when only httpx is installed) on HTTPXTransport.
@@ -36,7 +37,10 @@ def httpx_client(
     the proxies of ``proxy=`` or of the environment — ``HTTPS_PROXY``,
     ``NO_PROXY``, ... — all keep working), then every transport it routes to
     is wrapped in an :class:`HTTPXTransport` with ``idle_timeout``,
-    ``first_event_timeout`` and ``budget``. A ``transport=`` of the other
+    ``first_event_timeout``, ``budget`` and ``propagate`` (``True``: each send,
+    redirect hops included, carries the remaining budget as deadline headers,
+    never to another origin than the call's first request's; an addition to
+    the contract's signature). A ``transport=`` of the other
     library (an ``httpx`` transport) makes an ``httpx.Client``.
 
     On timeout or cancel: as :class:`HTTPXTransport` (``Cancelled`` for the
@@ -53,6 +57,7 @@ def httpx_client(
         "idle_timeout": idle_timeout,
         "first_event_timeout": first_event_timeout,
         "budget": budget,
+        "propagate": propagate,
     }
     client = lib.Client(**client_kwargs)
     # The client chose its transports (the proxies of the environment included: it only

@@ -16,7 +16,11 @@ and, for each request:
   stream that ends without its terminal event raises
   ``StreamProtocolError('no_finish_reason')``;
 * sends a streaming request again (at most twice, within the budget) when the
-  stream stays silent before its first event, so the caller gets one good stream.
+  stream stays silent before its first event, so the caller gets one good stream;
+* with ``propagate=True``, sets the deadline headers on each send (see
+  :mod:`.httpx_call`: never to another origin than the call's first request's);
+* reports the call to observers (``call_start`` .. ``call_end``, a span for
+  ``watchdog_sync.otel``) from the request to the response's close.
 
 The budget's end raises ``Cancelled`` inside a ``deadline()`` scope (which the
 SDKs' ``except Exception`` retry loops cannot swallow; the scope converts it);
@@ -40,9 +44,12 @@ from .._core.budget import Budget
 from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET, first_limit, idle_setting
 from .._core.durations import Duration, off
 from .._core.errors import StreamIdleTimeout
+from .._core.events import event_fields, observed
 from .._core.scope import boundary, joined_budget, using_budget
+from . import propagation as _propagation
 from .framing import EventFramer
 from .httpx_body import BoundedBody, EventBody, Shutter, socket_of
+from .httpx_call import MarkedBody, call_mark, mark_deadline
 from .httpx_sse import EventWatch, event_source
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import guard_stream
@@ -119,6 +126,12 @@ class HTTPXTransport(_Base):
         budget: a budget every request runs under, with the current
             ``deadline()`` scope's (the tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
+        propagate: ``True``: every send (each attempt, each resend of a silent
+            stream, each redirect hop httpx makes) carries the remaining budget
+            as ``grpc-timeout`` and ``x-envoy-upstream-rq-timeout-ms``, computed
+            when it is sent; none when no budget is bounded, and none to
+            another origin than the one the call's first request went to. Off
+            by default. (An addition to the contract's signature.)
 
     On timeout or cancel: inside a ``deadline()`` scope a request (or a body
     read) raises ``Cancelled`` when the budget ends, and the scope turns it
@@ -140,6 +153,7 @@ class HTTPXTransport(_Base):
     _lib: Any = None
     _event_body: type = EventBody
     _bounded_body: type = BoundedBody
+    _marked_body: type = MarkedBody
 
     def __new__(
         cls,
@@ -149,6 +163,7 @@ class HTTPXTransport(_Base):
         first_event_timeout: Optional[Duration] = AS_IDLE,
         budget: Optional[Budget] = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        propagate: bool = False,
     ) -> HTTPXTransport:
         # The class a caller names is the library-neutral one; the instance is of its
         # subclass with the wrapped library's BaseTransport as a base (__init__ checks the rest).
@@ -165,6 +180,7 @@ class HTTPXTransport(_Base):
         first_event_timeout: Optional[Duration] = AS_IDLE,
         budget: Optional[Budget] = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        propagate: bool = False,
     ) -> None:
         lib = self._lib
         if transport is None:
@@ -183,11 +199,13 @@ class HTTPXTransport(_Base):
         self._first = first_limit(first_event_timeout, self._idle, "first_event_timeout")
         self._budget = budget
         self._max_event_bytes = max_event_bytes
+        self._propagate = _propagation.check_propagate(propagate)
 
     def __repr__(self) -> str:
         return (
             f"<watchdog_sync.HTTPXTransport around {self._transport!r} idle_timeout={self._idle} "
-            f"first_event_timeout={self._first} budget={self._budget!r}>"
+            f"first_event_timeout={self._first} budget={self._budget!r}"
+            f"{' propagate=True' if self._propagate else ''}>"
         )
 
     @property
@@ -214,14 +232,19 @@ class HTTPXTransport(_Base):
         wrapped transport's own errors otherwise.
         """
         budget, owner, release = joined_budget(self._budget, stage="http")
+        mark = call_mark(request, budget, self._idle, _asks_for_stream) if observed() else None
         try:
-            with boundary(budget, owner):
+            with boundary(budget, owner), event_fields(**({} if mark is None else mark.fields())):
                 budget.check()
                 response: httpx2.Response = self._send(request, budget, owner, release)
-                return response
-        except BaseException:
+        except BaseException as exc:
             release()
+            if mark is not None:
+                mark.end(exc)
             raise
+        if mark is not None:
+            response.stream = self._marked_body(response.stream, mark, response.status_code)
+        return response
 
     def _send(
         self, request: Any, budget: Budget, owner: Budget, release: Callable[[], None]
@@ -239,6 +262,8 @@ class HTTPXTransport(_Base):
             if first_bound:
                 live["read"] = self._first  # the headers are part of the first-event wait
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
+            if self._propagate or _propagation.forced():
+                mark_deadline(request, budget)  # computed now, for this send
             try:
                 token = BOUND.set(True)
                 try:
@@ -320,12 +345,13 @@ class HTTPXTransport(_Base):
                 close()
             inner.close()
 
+        watch = EventWatch()
         first = None
         if self._first is not None:
             first = max(_FLOOR, self._first - (time.monotonic() - started))
         with using_budget(budget):
             guarded = guard_stream(
-                event_source(pieces, framer, EventWatch(), let_go),
+                event_source(pieces, framer, watch, let_go),
                 idle_timeout=off(self._idle),
                 first_item_timeout=off(first),
                 on_timeout=shutter.shut,
@@ -346,6 +372,7 @@ class HTTPXTransport(_Base):
             guarded.close()
             raise
         response.stream = self._event_body(head, items, guarded, owner, release, failure)
+        response.stream.watch = watch  # did the terminal event come (the call's end says so)
         return response
 
 
@@ -361,6 +388,7 @@ def _concrete(lib: Any) -> type:
                 "_lib": lib,
                 "_event_body": type("EventBody", (EventBody, lib.SyncByteStream), {}),
                 "_bounded_body": type("BoundedBody", (BoundedBody, lib.SyncByteStream), {}),
+                "_marked_body": type("MarkedBody", (MarkedBody, lib.SyncByteStream), {}),
             }
             cls = type("HTTPXTransport", (HTTPXTransport, lib.BaseTransport), namespace)
             _CONCRETE[lib.__name__] = cls

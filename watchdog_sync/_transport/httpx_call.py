@@ -1,0 +1,111 @@
+"""What HTTPXTransport adds around a request: deadline headers out, and the call for observers.
+
+Deadline headers (``propagate=True``): each send (every attempt, every resend
+of a silent stream, every redirect hop) carries the remaining budget, computed
+then. httpx follows redirects in the Client, above the transport, so each hop
+reaches the transport as a new request; but httpx builds a hop's request with
+a copy of the previous request's ``extensions``. The first request of a call
+records its origin there, and only a send to that origin carries the headers:
+a hop to another origin has them stripped (httpx copies the previous hop's
+headers onto it), and a hop back gets them again.
+
+The call (when events are observed): a ``CallMark`` from the request to the
+response's close, with the server's host and port (never the path or the
+query). ``http`` for any request; a request whose path ends with
+``/chat/completions`` (OpenAI) or ``/v1/messages`` (Anthropic) is a GenAI chat
+call (``http_chat`` / ``http_messages``, ``_stream`` when it asks for a stream).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator, Optional
+
+from .._core.budget import Budget
+from .._core.calls import CallMark
+from . import propagation as _propagation
+from .redirect import same_origin
+
+__all__ = ["MarkedBody", "call_mark", "mark_deadline"]
+
+_ORIGIN_KEY = "watchdog_sync.origin"  # the extension naming the origin the call started at
+_CHAT_PATHS = (("/chat/completions", "http_chat"), ("/v1/messages", "http_messages"))
+
+
+def mark_deadline(request: Any, budget: Budget) -> None:
+    """Set (or strip) the deadline headers of ``request`` before it is sent."""
+    url = request.url
+    here = f"{url.scheme}://{url.netloc.decode('ascii', 'replace').rpartition('@')[2]}/"
+    allowed = request.extensions.setdefault(_ORIGIN_KEY, here)
+    if isinstance(allowed, str) and same_origin(allowed, here):
+        _propagation.set_deadline_headers(request.headers, budget)
+    else:
+        _propagation.strip_deadline_headers(request.headers)
+
+
+def call_mark(
+    request: Any, budget: Budget, idle: Optional[float], asks_for_stream: Callable[[Any], bool]
+) -> Optional[CallMark]:
+    """The request's call for observers (``None`` when nobody observes events)."""
+    streaming = asks_for_stream(request)
+    url = request.url
+    path = url.path.rstrip("/")
+    operation = next((op for suffix, op in _CHAT_PATHS if path.endswith(suffix)), "http")
+    if operation != "http" and streaming:
+        operation += "_stream"
+    mark = CallMark(
+        operation,
+        budget=budget,
+        stage="http",
+        server_address=url.host or None,
+        server_port=url.port or {"https": 443, "http": 80}.get(url.scheme),
+        idle_timeout_ms=None if idle is None or not streaming else idle * 1000.0,
+    )
+    return None if mark.call_id is None else mark
+
+
+class MarkedBody:
+    """A response body that ends its call: at its end, its failure, its close or collection."""
+
+    def __init__(self, inner: Any, mark: CallMark, status: int) -> None:
+        self._inner = inner
+        self._mark = mark
+        self._status = status
+        self._pieces = 0
+        self._first: Optional[float] = None
+        self._last: Optional[float] = None
+        mark.end_when_collected(self)
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for piece in self._inner:
+                self._last = time.monotonic()
+                if self._first is None:
+                    self._first = self._last
+                self._pieces += 1
+                yield piece
+        except BaseException as exc:
+            self._end(exc, None)
+            raise
+        self._end(None, "completed")
+
+    def close(self) -> None:
+        # An event stream closed after its terminal event (as the SDKs do) completed.
+        watch = getattr(self._inner, "watch", None)
+        try:
+            self._inner.close()
+        finally:
+            self._end(None, "completed" if watch is not None and watch.finished else "closed")
+
+    def _end(self, error: Optional[BaseException], how: Optional[str]) -> None:
+        if isinstance(error, GeneratorExit):
+            error, how = None, "closed"
+        started = self._mark.started
+        self._mark.end(
+            error,
+            status=self._status,
+            chunks_received=self._pieces,
+            first_byte_ms=None if self._first is None else (self._first - started) * 1000.0,
+            last_chunk_ms=None if self._last is None else (self._last - started) * 1000.0,
+            **({} if how is None else {"reason": how}),
+        )
