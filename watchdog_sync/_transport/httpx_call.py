@@ -1,4 +1,4 @@
-"""What HTTPXTransport adds around a request: deadline headers out, and the call for observers.
+"""What HTTPXTransport reads of a request and adds around it: deadline headers, the call.
 
 Deadline headers (``propagate=True``): each send (every attempt, every resend
 of a silent stream, every redirect hop) carries the remaining budget, computed
@@ -18,17 +18,19 @@ call (``http_chat`` / ``http_messages``, ``_stream`` when it asks for a stream).
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from .._core.budget import Budget
 from .._core.calls import CallMark
 from . import propagation as _propagation
 from .redirect import same_origin
 
-__all__ = ["MarkedBody", "call_mark", "mark_deadline"]
+__all__ = ["MarkedBody", "asks_for_stream", "body_in_memory", "call_mark", "mark_deadline"]
 
 _ORIGIN_KEY = "watchdog_sync.origin"  # the extension naming the origin the call started at
+_STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
 _CHAT_PATHS = (("/chat/completions", "http_chat"), ("/v1/messages", "http_messages"))
 
 
@@ -43,9 +45,7 @@ def mark_deadline(request: Any, budget: Budget) -> None:
         _propagation.strip_deadline_headers(request.headers)
 
 
-def call_mark(
-    request: Any, budget: Budget, idle: Optional[float], asks_for_stream: Callable[[Any], bool]
-) -> Optional[CallMark]:
+def call_mark(request: Any, budget: Budget, idle: Optional[float]) -> Optional[CallMark]:
     """The request's call for observers (``None`` when nobody observes events)."""
     streaming = asks_for_stream(request)
     url = request.url
@@ -62,6 +62,23 @@ def call_mark(
         idle_timeout_ms=None if idle is None or not streaming else idle * 1000.0,
     )
     return None if mark.call_id is None else mark
+
+
+def body_in_memory(request: Any) -> Optional[bytes]:
+    """The request body when httpx holds it in memory (a streamed upload stays unread)."""
+    try:
+        body = request.content
+    except Exception:  # httpx's RequestNotRead: the body is a stream
+        return None
+    return body if isinstance(body, bytes) else None
+
+
+def asks_for_stream(request: Any) -> bool:
+    """True for a request that asks for an event stream (``Accept`` or ``"stream": true``)."""
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return True
+    body = body_in_memory(request)
+    return body is not None and _STREAM_FLAG.search(body) is not None
 
 
 class MarkedBody:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextvars
 import importlib
 import logging
-import re
 import sys
 import threading
 import time
@@ -49,7 +48,7 @@ from .._core.scope import boundary, joined_budget, using_budget
 from . import propagation as _propagation
 from .framing import EventFramer
 from .httpx_body import BoundedBody, EventBody, Shutter, socket_of
-from .httpx_call import MarkedBody, call_mark, mark_deadline
+from .httpx_call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
 from .httpx_sse import EventWatch, event_source
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import guard_stream
@@ -67,7 +66,6 @@ _log = logging.getLogger("watchdog_sync")
 _MAX_SENDS = 3  # a stream silent before its first event is sent at most twice more
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
 _FLOOR = 0.001  # a timeout of 0 would mean non-blocking to the socket layer
-_STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
 _CONCRETE: Dict[str, type] = {}
 _CONCRETE_LOCK = threading.Lock()
 # True while an HTTPXTransport sends through the transport it wraps: instrument()'s patch of
@@ -232,7 +230,7 @@ class HTTPXTransport(_Base):
         wrapped transport's own errors otherwise.
         """
         budget, owner, release = joined_budget(self._budget, stage="http")
-        mark = call_mark(request, budget, self._idle, _asks_for_stream) if observed() else None
+        mark = call_mark(request, budget, self._idle) if observed() else None
         try:
             with boundary(budget, owner), event_fields(**({} if mark is None else mark.fields())):
                 budget.check()
@@ -251,8 +249,8 @@ class HTTPXTransport(_Base):
     ) -> Any:
         timeouts = _clipped(request.extensions.get("timeout"), budget.remaining())
         # A stream silent before its first event is sent again: only with a body in memory.
-        streaming = self._first is not None and _asks_for_stream(request)
-        replayable = streaming and _body_in_memory(request) is not None
+        streaming = self._first is not None and asks_for_stream(request)
+        replayable = streaming and body_in_memory(request) is not None
         send = 0
         while True:
             send += 1
@@ -414,23 +412,6 @@ def _shorter(limit: Optional[float], read: Optional[float]) -> bool:
 
 def _may_resend(send: int, budget: Budget) -> bool:
     return send < _MAX_SENDS and budget.remaining() > 0
-
-
-def _body_in_memory(request: Any) -> Optional[bytes]:
-    """The request body when httpx holds it in memory (a streamed upload stays unread)."""
-    try:
-        body = request.content
-    except Exception:  # httpx's RequestNotRead: the body is a stream
-        return None
-    return body if isinstance(body, bytes) else None
-
-
-def _asks_for_stream(request: Any) -> bool:
-    """True for a request that asks for an event stream (``Accept`` or ``"stream": true``)."""
-    if "text/event-stream" in request.headers.get("accept", ""):
-        return True
-    body = _body_in_memory(request)
-    return body is not None and _STREAM_FLAG.search(body) is not None
 
 
 def _is_event_stream(response: Any) -> bool:
