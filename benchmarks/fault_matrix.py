@@ -3,10 +3,15 @@
 Usage: python benchmarks/fault_matrix.py [--jobs 3] [--scenarios a,b] [--clients x,y]
 
 Needs the benchmark extra for the peers: ``pip install -e ".[bench]"`` (openai,
-httpx, httpx-sse, tenacity, stamina); ``--clients ChatClient`` runs without it.
+anthropic, httpx, httpx2, httpx-sse, tenacity, stamina); ``--clients ChatClient``
+runs without it.
 
 Every client is configured as a competent user would, for a total deadline
-D = 4 s and an idle (read) timeout I = 1 s. Each call runs in its own
+D = 4 s and an idle (read) timeout I = 1 s. The ``*_httpx_client`` columns are
+the SDKs as docs/howto-keep-your-sdk.md has them: ``http_client=httpx_client(
+idle_timeout=I)``, the call inside ``deadline(D)``, the SDK's own retries left
+at their default. The anthropic columns talk to the gateway's Anthropic
+Messages API rendering of each scenario. Each call runs in its own
 process, killed 10 s after it started (a HANG); the FaultGateway runs in this
 process on 127.0.0.1, with a fresh base_url per call, so the requests a call
 sent are counted exactly. The clients of one scenario run ``--jobs`` at a time.
@@ -43,7 +48,7 @@ from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 import requests
 import sseclient
 
-from watchdog_sync import ChatClient, WatchdogError
+from watchdog_sync import ChatClient, WatchdogError, deadline
 from watchdog_sync.testing import FaultGateway
 
 DEADLINE = 4.0  # D: the whole call
@@ -87,7 +92,7 @@ MORE_SCENARIOS: Sequence[Tuple[str, str]] = (
     ("oversized_event", "bounded_error"),
 )
 EXPECTED: Dict[str, str] = dict((*SCENARIOS, *MORE_SCENARIOS))
-PEER_MODULES = ("openai", "httpx", "httpx_sse", "tenacity", "stamina")
+PEER_MODULES = ("openai", "anthropic", "httpx", "httpx2", "httpx_sse", "tenacity", "stamina")
 
 
 # -- what a client got back ------------------------------------------------------------
@@ -194,7 +199,10 @@ def stamina_requests(base_url: str) -> Call:
 def _openai(base_url: str, **settings: Any) -> Call:
     import openai
 
-    client = openai.OpenAI(base_url=base_url, api_key=API_KEY, **settings)
+    return _openai_call(openai.OpenAI(base_url=base_url, api_key=API_KEY, **settings))
+
+
+def _openai_call(client: Any) -> Call:
     completions = client.chat.completions  # loads the SDK's lazy modules before the clock starts
 
     def call() -> Answer:
@@ -267,6 +275,74 @@ def httpx_sse(base_url: str) -> Call:
     return call
 
 
+def openai_sdk_httpx_client(base_url: str) -> Call:
+    """The OpenAI SDK on ``httpx_client(idle_timeout=I)``, default retries, in ``deadline(D)``."""
+    import openai
+
+    from watchdog_sync import httpx_client
+
+    client = openai.OpenAI(
+        base_url=base_url, api_key=API_KEY, http_client=httpx_client(idle_timeout=IDLE)
+    )
+    return _in_deadline(_openai_call(client))
+
+
+def _anthropic_call(client: Any) -> Call:
+    messages = client.messages  # loads the SDK's lazy modules before the clock starts
+
+    def call() -> Answer:
+        answer = Answer()
+        with client:
+            events = messages.create(model=MODEL, max_tokens=64, messages=MESSAGES, stream=True)
+            with events:
+                for event in events:
+                    add_anthropic_event(answer, event)
+        return answer
+
+    return call
+
+
+def add_anthropic_event(answer: Answer, event: Any) -> None:
+    """Add one Messages API stream event: text from ``content_block_delta``, stop from
+    ``message_delta``; the other events (message_start, ping, ...) count as chunks."""
+    delta = getattr(event, "delta", None)
+    if event.type == "content_block_delta" and delta.type == "text_delta":
+        answer.add(delta.text, None)
+    elif event.type == "message_delta":
+        answer.add(None, delta.stop_reason)
+    else:
+        answer.add(None, None)
+
+
+def anthropic_sdk(base_url: str) -> Call:
+    """The Anthropic SDK, timeouts tuned as openai_sdk's (read I, the rest D), its retries."""
+    import anthropic
+    import httpx2
+
+    timeout = httpx2.Timeout(DEADLINE, read=IDLE, connect=DEADLINE)
+    return _anthropic_call(anthropic.Anthropic(base_url=base_url, api_key=API_KEY, timeout=timeout))
+
+
+def anthropic_sdk_httpx_client(base_url: str) -> Call:
+    """The Anthropic SDK on ``httpx_client(idle_timeout=I)``, default retries, in ``deadline(D)``."""
+    import anthropic
+
+    from watchdog_sync import httpx_client
+
+    client = anthropic.Anthropic(
+        base_url=base_url, api_key=API_KEY, http_client=httpx_client(idle_timeout=IDLE)
+    )
+    return _in_deadline(_anthropic_call(client))
+
+
+def _in_deadline(call: Call) -> Call:
+    def bounded() -> Answer:
+        with deadline(DEADLINE):
+            return call()
+
+    return bounded
+
+
 CLIENTS: Dict[str, Callable[[str], Call]] = {
     "ChatClient": chat_client,
     "requests_sseclient": requests_sseclient,
@@ -276,7 +352,18 @@ CLIENTS: Dict[str, Callable[[str], Call]] = {
     "httpx_sse": httpx_sse,
     "tenacity_requests": tenacity_requests,
     "stamina_requests": stamina_requests,
+    "openai_sdk_httpx_client": openai_sdk_httpx_client,
+    "anthropic_sdk": anthropic_sdk,
+    "anthropic_sdk_httpx_client": anthropic_sdk_httpx_client,
 }
+# The clients that speak the Anthropic Messages API (the gateway's api="anthropic" routes).
+ANTHROPIC_CLIENTS = frozenset({"anthropic_sdk", "anthropic_sdk_httpx_client"})
+
+
+def base_url(gateway: FaultGateway, scenario: str, client: str) -> str:
+    """A fresh route for one call, in the wire format the client speaks."""
+    api = "anthropic" if client in ANTHROPIC_CLIENTS else "openai"
+    return gateway.base_url(scenario, api=api, text=TEXT)
 
 
 # -- one call ------------------------------------------------------------------------------
@@ -316,23 +403,26 @@ def execute(client: str, base_url: str, started: Callable[[], None]) -> Dict[str
     }
 
 
-def _name(exc: Exception) -> str:
+def _name(exc: BaseException) -> str:
+    """``StreamIdleTimeout(idle)``; an SDK error caused by one of ours names both."""
     if isinstance(exc, WatchdogError):
         return f"{type(exc).__name__}({exc.reason})"
+    if isinstance(exc.__cause__, WatchdogError):
+        return f"{type(exc).__name__} from {_name(exc.__cause__)}"
     return type(exc).__name__
 
 
 def run_in_process(scenario: str, client: str, gateway: FaultGateway) -> Run:
     """One call in this process (no RSS figure, no hard kill): for quick checks."""
-    base_url = gateway.base_url(scenario, text=TEXT)
-    result = execute(client, base_url, lambda: None)
-    return Run(scenario, client, requests=len(gateway.requests_seen(base_url)), **result)
+    url = base_url(gateway, scenario, client)
+    result = execute(client, url, lambda: None)
+    return Run(scenario, client, requests=len(gateway.requests_seen(url)), **result)
 
 
 def run_in_child(scenario: str, client: str, gateway: FaultGateway) -> Run:
     """One call in its own process, killed ``KILL_AFTER`` s after its start."""
-    base_url = gateway.base_url(scenario, text=TEXT)
-    command = [sys.executable, os.path.abspath(__file__), "--child", client, base_url]
+    url = base_url(gateway, scenario, client)
+    command = [sys.executable, os.path.abspath(__file__), "--child", client, url]
     with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors)
         assert process.stdout is not None
@@ -351,7 +441,7 @@ def run_in_child(scenario: str, client: str, gateway: FaultGateway) -> Run:
             errors.seek(0)
             tail = errors.read().decode("utf-8", "replace").strip().splitlines()[-1:]
             result = {"outcome": "crash", "elapsed": 0.0, "error": " ".join(tail) or "no output"}
-    return Run(scenario, client, requests=len(gateway.requests_seen(base_url)), **result)
+    return Run(scenario, client, requests=len(gateway.requests_seen(url)), **result)
 
 
 def _pump(stream: IO[bytes], lines: queue.Queue[Optional[bytes]]) -> None:
@@ -518,7 +608,7 @@ def _versions(clients: Sequence[str]) -> str:
 
     names = ["watchdog-sync", "requests", "urllib3", "sseclient-py"]
     if set(clients) - {"ChatClient"}:
-        names += ["openai", "httpx", "httpx-sse", "tenacity", "stamina"]
+        names += ["openai", "anthropic", "httpx", "httpx2", "httpx-sse", "tenacity", "stamina"]
     found = []
     for name in names:
         try:

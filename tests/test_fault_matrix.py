@@ -1,15 +1,17 @@
-"""The fault matrix benchmark still runs: its ChatClient column, in process, on fast rows."""
+"""The fault matrix benchmark still runs: its ChatClient column, in process, on fast rows;
+its anthropic columns speak the Messages API and are judged on its events."""
 
 from __future__ import annotations
 
 import importlib.util
 import pathlib
 import sys
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any, Dict
 
 import pytest
 
+import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
 pytestmark = pytest.mark.timeout(30)
@@ -53,7 +55,9 @@ def test_the_matrix_has_the_peers_tables_rows_and_columns() -> None:
     assert list(matrix.CLIENTS) == [
         "ChatClient", "requests_sseclient", "openai_sdk", "openai_sdk_defaults",
         "openai_sdk_instrument", "httpx_sse", "tenacity_requests", "stamina_requests",
+        "openai_sdk_httpx_client", "anthropic_sdk", "anthropic_sdk_httpx_client",
     ]  # fmt: skip
+    assert sorted(matrix.ANTHROPIC_CLIENTS) == ["anthropic_sdk", "anthropic_sdk_httpx_client"]
 
 
 @pytest.mark.parametrize(
@@ -99,3 +103,51 @@ def test_the_table_counts_the_surveys_rows_apart_from_the_others() -> None:
         "| **PASS count, the survey's rows** | 1/2 | 1/2 |",
         "| **PASS count, all rows** | 2/3 | 2/3 |",
     ]
+
+
+def _event(kind: str, **delta: Any) -> SimpleNamespace:
+    return SimpleNamespace(type=kind, delta=SimpleNamespace(**delta) if delta else None)
+
+
+def test_an_anthropic_stream_read_whole_passes_the_ok_row() -> None:
+    """Text comes from content_block_delta events, the stop reason from message_delta."""
+    answer = matrix.Answer()
+    for event in [
+        _event("message_start"),
+        _event("ping"),
+        _event("content_block_delta", type="text_delta", text=matrix.TEXT[:5]),
+        _event("content_block_delta", type="text_delta", text=matrix.TEXT[5:]),
+        _event("message_delta", stop_reason="end_turn"),
+        _event("message_stop"),
+    ]:
+        matrix.add_anthropic_event(answer, event)
+    assert (answer.chunks, answer.finish_reason, "".join(answer.parts)) == (
+        6,
+        "end_turn",
+        matrix.TEXT,
+    )
+    run = matrix.Run("ok", "anthropic_sdk", "returned", 0.1, 1, chunks=6,
+                     finish_reason="end_turn", text_ok=True)  # fmt: skip
+    assert matrix.judge(run) == (True, "PASS 0.10s, 1 req")
+
+
+def test_an_sdk_error_caused_by_ours_is_named_with_its_cause() -> None:
+    """An SDK error wrapping one of ours (anthropic's APIConnectionError): the cell names both."""
+    error = ws.StreamProtocolError("cut", reason="no_finish_reason")
+    wrapped = RuntimeError("Connection error.")
+    wrapped.__cause__ = error
+    name = matrix._name(wrapped)
+    assert name == "RuntimeError from StreamProtocolError(no_finish_reason)"
+    run = matrix.Run("ok", "anthropic_sdk_httpx_client", "error", 3.1, 3, error=name)
+    assert matrix.judge(run) == (False, f"FAIL 3.10s, 3 req: error {name}")
+
+
+@pytest.mark.parametrize(("scenario", "error"), [("ok", None), ("http401", "AuthenticationError")])
+def test_the_anthropic_clients_speak_the_anthropic_api(scenario: str, error: Any) -> None:
+    """Each anthropic column reaches the gateway's Messages API and passes a fast row."""
+    with FaultGateway() as gateway:
+        for client in sorted(matrix.ANTHROPIC_CLIENTS):
+            run = matrix.run_in_process(scenario, client, gateway)
+            assert matrix.judge(run) == (True, f"PASS {run.elapsed:.2f}s, 1 req")
+            assert run.error == error
+            assert [seen.api for seen in gateway.requests_seen()][-1] == "anthropic"
