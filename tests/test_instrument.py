@@ -154,24 +154,20 @@ def test_timeouts_given_by_position_are_clipped_too(instrumented: None) -> None:
 
 def test_cancel_from_another_thread_stops_a_bare_request(instrumented: None) -> None:
     with RawServer(silent) as server, ws.deadline(30) as budget:
-        canceller = threading.Timer(0.2, budget.cancel)
-        canceller.start()
+        canceller = ws.Budget(0.2)  # the shared watchdog thread cancels, no thread of our own
+        canceller.on_done(lambda _: budget.cancel())
         started = time.monotonic()
         with pytest.raises(ws.Cancelled) as info:
             requests.get(server.url)
-        canceller.join()
         assert info.value.reason == "cancelled"
         assert time.monotonic() - started < 1.0
 
 
 def test_the_scope_converts_a_cancel_into_operation_cancelled(instrumented: None) -> None:
-    canceller = None
+    canceller = ws.Budget(0.2)  # the shared watchdog thread cancels, no thread of our own
     with RawServer(silent) as server, pytest.raises(ws.OperationCancelled), ws.deadline(30) as b:
-        canceller = threading.Timer(0.2, b.cancel)
-        canceller.start()
+        canceller.on_done(lambda _: b.cancel())
         requests.get(server.url)
-    assert canceller is not None
-    canceller.join()
 
 
 def test_tls_requests_are_shut_at_the_deadline(instrumented: None, tmp_path: Any) -> None:
