@@ -11,6 +11,7 @@ from watchdog_sync._chat.complete import MAX_RESPONSE_BYTES
 from watchdog_sync._cli.demo import SCENARIOS, run_demo
 from watchdog_sync._cli.probe import suggest_idle_timeout
 from watchdog_sync._core import config as config_module
+from watchdog_sync._core.clock import MONOTONIC
 from watchdog_sync._core.config import env_int, env_seconds
 from watchdog_sync._core.durations import validate_duration
 from watchdog_sync._core.errors import with_fields
@@ -26,6 +27,7 @@ from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._transport.body import FramingDecoder, body_pieces
 from watchdog_sync._transport.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
 from watchdog_sync._transport.engine import SHARED_READER_THREAD_NAME
+from watchdog_sync._transport.fed import FedChannel, fed_stream
 from watchdog_sync._transport.framing import EventFramer
 from watchdog_sync._transport.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._transport.guard import ConnectionGuard as _ConnectionGuard
@@ -62,6 +64,7 @@ __all__ = [
     "HEADER_DEADLINE",
     "HEADER_TIMEOUT",
     "MAX_LAYERS",
+    "MONOTONIC",
     "MAX_RESPONSE_BYTES",
     "SCENARIOS",
     "SHARED_READER_THREAD_NAME",
@@ -69,6 +72,7 @@ __all__ = [
     "_GUARD_ATTR",
     "BodyDecoder",
     "EventFramer",
+    "FedChannel",
     "EventWatch",
     "_ConnectionGuard",
     "_FramedSSEClient",
@@ -86,6 +90,7 @@ __all__ = [
     "env_seconds",
     "event_fields",
     "excerpt",
+    "fed_stream",
     "parse_retry_after",
     "run_demo",
     "sample_preload_module",

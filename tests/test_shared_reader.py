@@ -20,9 +20,12 @@ from watchdog_sync import stream_sse
 
 from .internals import (
     DEFAULT_MAX_BUFFERED,
+    MONOTONIC,
     SHARED_READER_THREAD_NAME,
+    FedChannel,
     FramingDecoder,
     buffered_events,
+    fed_stream,
 )
 from .rawserver import (
     RawServer,
@@ -140,6 +143,46 @@ def test_a_consumer_that_stops_reading_pauses_its_socket_and_memory_stays_bounde
         time.sleep(0.2)  # the scenario: the consumer stays away while the server could send
         assert buffered_events(stream) <= DEFAULT_MAX_BUFFERED + one_read
         assert numbers(stream) == list(range(1, count))
+
+
+def test_a_buffer_that_filled_while_the_consumer_waited_resumes_its_feeder_at_the_take() -> None:
+    """The feeder fills the buffer while the consumer waits for its first item: taking that
+    batch out resumes the feeder at once, not only when the consumer asks for the next one
+    (else a stream stays paused for as long as its consumer works on that batch)."""
+    opened: List[FedChannel[int]] = []
+    resumed = threading.Event()
+
+    def opener(channel: FedChannel[int]) -> None:
+        channel.set_resume(resumed.set)
+        opened.append(channel)
+
+    stream = fed_stream(
+        opener,
+        idle=10,
+        first=10,
+        first_named=False,
+        budgets=[],
+        explicit=None,
+        on_timeout=None,
+        max_buffered=4,
+        clock=MONOTONIC,
+    )
+    firsts: List[int] = []
+    consumer = threading.Thread(target=lambda: firsts.append(next(stream)))
+    consumer.start()
+    try:
+        assert wait_for(lambda: bool(opened) and opened[0]._consumer_waiting)
+        channel = opened[0]
+        assert channel.offer([0, 1, 2, 3]) is False  # full: the feeder pauses
+        channel.flush()  # the end of the feeder's turn wakes the waiting consumer
+        consumer.join(5)
+        assert firsts == [0]
+        assert resumed.wait(5), "the feeder was left paused after its full buffer was taken"
+        assert channel.offer([4]) is True
+        channel.fed_end(None, completed=True)
+        assert list(stream) == [1, 2, 3, 4]
+    finally:
+        consumer.join(5)
 
 
 def test_a_consumer_that_breaks_releases_the_connection() -> None:

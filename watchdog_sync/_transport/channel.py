@@ -240,8 +240,6 @@ class Channel(Generic[T]):
     def _poll(self, wait_from: Optional[float]) -> Tuple[Optional[Iterator[T]], Optional[float]]:
         """Take the buffered batch, waiting while it is empty; ``None`` when something ended."""
         with self._lock:
-            if self._reader_waiting:  # the batch before this one was taken out: room again
-                self._room_again()
             while True:
                 if self._stopping or self._budget_ended:
                     return None, wait_from
@@ -254,6 +252,8 @@ class Channel(Generic[T]):
                     # first ``count`` items are the ones copied, whatever it does between.
                     batch = buf[:count]
                     del buf[:count]
+                    if self._reader_waiting:  # room again, also when it filled while we waited
+                        self._room_again()
                     items = iter(batch)
                     self._current = (self._taken, batch, items)
                     return items, wait_from

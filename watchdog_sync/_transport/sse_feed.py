@@ -228,9 +228,8 @@ def opener(
                         data = raw.fp.read1(65536)
                     except (BlockingIOError, ssl.SSLWantReadError):
                         break
-                    if not data:
+                    if not data or not take(data):  # a full buffer: the reader goes on later
                         break
-                    take(data)
             except (Exception, Cancelled) as exc:
                 end(exc, False)
                 return
