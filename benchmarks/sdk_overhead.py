@@ -15,14 +15,13 @@ Needs the SDK: ``pip install -e ".[dev]"``.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import socket
 import statistics
-import threading
 import time
 from typing import Any, List, Tuple
 
 import openai
+from _chunked_server import HEAD, chunk, running
 
 import watchdog_sync as ws
 
@@ -37,70 +36,28 @@ _FINISH_JSON = (
 
 
 def _chunk(payload: bytes) -> bytes:
-    event = b"data: " + payload + b"\n\n"
-    return b"%x\r\n" % len(event) + event + b"\r\n"
+    return chunk(b"data: " + payload + b"\n\n")
 
 
-_HEAD = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-)
 _TAIL = _chunk(_FINISH_JSON) + _chunk(b"[DONE]") + b"0\r\n\r\n"
 
 
-def _read_request(conn: socket.socket) -> bytes:
-    """The request head and its whole body (so closing never resets the client)."""
-    request = b""
-    while b"\r\n\r\n" not in request:
-        piece = conn.recv(65536)
-        if not piece:
-            return request
-        request += piece
-    head, _, body = request.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        piece = conn.recv(65536)
-        if not piece:
-            break
-        body += piece
-    return head
-
-
-def _serve(listener: socket.socket, events: int, stop_at: float) -> None:
-    listener.settimeout(0.5)
-    while time.monotonic() < stop_at:
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            continue
-        threading.Thread(target=_answer, args=(conn, events), daemon=True).start()
-
-
-def _answer(conn: socket.socket, events: int) -> None:
-    with conn:
-        try:
-            request = _read_request(conn)
-            conn.sendall(_HEAD)
-            if b"/drip/" in request.split(b"\r\n", 1)[0]:
-                conn.settimeout(0.05)
-                for _ in range(2000):  # 100 s at most; the client leaves at its deadline
-                    conn.sendall(_chunk(_CHUNK_JSON))
-                    try:
-                        if conn.recv(65536) == b"":
-                            return
-                    except socket.timeout:
-                        continue
-                return
-            batch = _chunk(_CHUNK_JSON) * 50
-            for _ in range(events // 50):
-                conn.sendall(batch)
-            conn.sendall(_TAIL)
-        except OSError:
-            return
+def _answer(conn: socket.socket, request: bytes, events: int) -> None:
+    conn.sendall(HEAD)
+    if b"/drip/" in request.split(b"\r\n", 1)[0]:
+        conn.settimeout(0.05)
+        for _ in range(2000):  # 100 s at most; the client leaves at its deadline
+            conn.sendall(_chunk(_CHUNK_JSON))
+            try:
+                if conn.recv(65536) == b"":
+                    return
+            except socket.timeout:
+                continue
+        return
+    batch = _chunk(_CHUNK_JSON) * 50
+    for _ in range(events // 50):
+        conn.sendall(batch)
+    conn.sendall(_TAIL)
 
 
 def _count(client: openai.OpenAI) -> int:
@@ -108,8 +65,8 @@ def _count(client: openai.OpenAI) -> int:
     stream = client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": "hi"}], stream=True
     )
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
+    for piece in stream:
+        if piece.choices and piece.choices[0].delta.content:
             count += 1
     return count
 
@@ -165,16 +122,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--deadlines", type=int, default=20)
     args: Any = parser.parse_args()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    port = listener.getsockname()[1]
-    server = multiprocessing.get_context("fork").Process(
-        target=_serve, args=(listener, args.events, time.monotonic() + 600.0), daemon=True
-    )
-    server.start()
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
+    with running(_answer, args.events) as (host, port):
+        base = f"http://{host}:{port}/v1"
         plain, guarded = _paired(base, args.events, args.rounds)
         ratios = [g / p for p, g in zip(plain, guarded)]
         print(f"chunks per run: {args.events}, {args.rounds} alternating rounds")
@@ -192,10 +141,6 @@ def main() -> None:
             f"by DeadlineExceeded: past the deadline median {statistics.median(past) * 1000:.1f} ms, "
             f"max {max(past) * 1000:.1f} ms"
         )
-    finally:
-        server.terminate()
-        server.join(5)
-        listener.close()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ timeout to the socket closed and the reader thread gone.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import socket
 import statistics
 import threading
@@ -22,66 +21,26 @@ from typing import Callable, List, Tuple
 
 import requests
 import sseclient
+from _chunked_server import HEAD, chunk, running
 
 import watchdog_sync as ws
 from watchdog_sync import stream_sse
 
 _EVENT = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
-_CHUNK = b"%x\r\n" % len(_EVENT) + _EVENT + b"\r\n"
-_HEAD = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-)
+_CHUNK = chunk(_EVENT)
 
 
-def _read_request(conn: socket.socket) -> bytes:
-    """The request head and its whole body (so closing never resets the client)."""
-    request = b""
-    while b"\r\n\r\n" not in request:
-        piece = conn.recv(65536)
-        if not piece:
-            return request
-        request += piece
-    head, _, body = request.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        piece = conn.recv(65536)
-        if not piece:
-            break
-        body += piece
-    return head
-
-
-def _serve(listener: socket.socket, events: int, stop_at: float) -> None:
-    listener.settimeout(0.5)
-    while time.monotonic() < stop_at:
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            continue
-        threading.Thread(target=_answer, args=(conn, events), daemon=True).start()
-
-
-def _answer(conn: socket.socket, events: int) -> None:
-    with conn:
-        try:
-            request = _read_request(conn)
-            conn.sendall(_HEAD)
-            if b"/silent" in request.split(b"\r\n", 1)[0]:
-                conn.settimeout(10)
-                while conn.recv(65536):  # hold until the client shuts the connection
-                    pass
-                return
-            batch = _CHUNK * 50
-            for _ in range(events // 50):
-                conn.sendall(batch)
-            conn.sendall(b"0\r\n\r\n")
-        except OSError:
-            return
+def _answer(conn: socket.socket, request: bytes, events: int) -> None:
+    conn.sendall(HEAD)
+    if b"/silent" in request.split(b"\r\n", 1)[0]:
+        conn.settimeout(10)
+        while conn.recv(65536):  # hold until the client shuts the connection
+            pass
+        return
+    batch = _CHUNK * 50
+    for _ in range(events // 50):
+        conn.sendall(batch)
+    conn.sendall(b"0\r\n\r\n")
 
 
 def _plain(url: str) -> int:
@@ -146,17 +105,8 @@ def main() -> None:
     parser.add_argument("--stalls", type=int, default=200)
     parser.add_argument("--idle", type=float, default=0.05)
     args = parser.parse_args()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    port = listener.getsockname()[1]
-    budget_seconds = 600.0
-    server = multiprocessing.get_context("fork").Process(
-        target=_serve, args=(listener, args.events, time.monotonic() + budget_seconds), daemon=True
-    )
-    server.start()
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    try:
+    with running(_answer, args.events) as (host, port):
+        url = f"http://{host}:{port}/v1/chat/completions"
         plain, guarded = _paired(url, args.events, args.rounds)
         ratios = [g / p for p, g in zip(plain, guarded)]
         print(f"events per run: {args.events}, {args.rounds} alternating rounds")
@@ -166,7 +116,7 @@ def main() -> None:
             f"ratio (b)/(a): median {statistics.median(ratios):.2f} "
             f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
         )
-        lateness, cleanup = _stalls(f"http://127.0.0.1:{port}", args.stalls, args.idle)
+        lateness, cleanup = _stalls(f"http://{host}:{port}", args.stalls, args.idle)
         print(
             f"idle detection lateness over {len(lateness)} stalls (idle {args.idle}s): "
             f"median {statistics.median(lateness) * 1000:.2f} ms, "
@@ -176,10 +126,6 @@ def main() -> None:
             f"timeout -> socket shut and reader thread gone: median "
             f"{statistics.median(cleanup) * 1000:.2f} ms, p99 {_percentile(cleanup, 0.99) * 1000:.2f} ms"
         )
-    finally:
-        server.terminate()
-        server.join(5)
-        listener.close()
 
 
 if __name__ == "__main__":
