@@ -12,6 +12,8 @@ import pytest
 
 from watchdog_sync.testing import WATCHDOG_THREAD_NAME
 
+from .rawclient import Raw
+
 _SETTLE_SECONDS = 2.0
 
 
@@ -78,3 +80,12 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     assert not excepthook_calls, f"an exception escaped a thread: {excepthook_calls[0].exc_value!r}"
     assert not extra, f"threads left running: {[t.name for t in extra]}"
     assert fds <= before_fds, f"file descriptors leaked: {before_fds} before, {fds} after"
+
+
+@pytest.fixture
+def raw() -> Iterator[List[Raw]]:
+    """Raw socket clients (``tests/rawclient.py``) to close after the test."""
+    clients: List[Raw] = []
+    yield clients
+    for client in clients:
+        client.close()

@@ -8,13 +8,15 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 import requests
 import trustme
 
 from watchdog_sync.testing import FaultGateway
+
+from .rawclient import Raw, http_chunks, split_response
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -61,87 +63,6 @@ def chunks_of(raw: bytes) -> List[Dict[str, Any]]:
 
 def text_of(chunks: List[Dict[str, Any]]) -> str:
     return "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
-
-
-class Raw:
-    """A raw socket client: sends one request, reads bytes with short bounded waits."""
-
-    def __init__(self, base: str, body: Any, *, close: bool = True, headers: str = "") -> None:
-        host, port = base.split("//", 1)[1].split("/", 1)[0].split(":")
-        path = "/" + base.split("//", 1)[1].split("/", 1)[1] + "/chat/completions"
-        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.sock = socket.create_connection((host, int(port)), timeout=2)
-        connection = "Connection: close\r\n" if close else ""
-        head = (
-            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"{connection}{headers}Content-Length: {len(payload)}\r\n\r\n"
-        )
-        self.request = head.encode() + payload
-        self.sock.sendall(self.request)
-
-    def read_all(self, timeout: float = 5.0) -> bytes:
-        """Everything until the server closes (fails the test if it takes over ``timeout``)."""
-        data = bytearray()
-        give_up = time.monotonic() + timeout
-        while time.monotonic() < give_up:
-            piece = self.sock.recv(65536)
-            if not piece:
-                return bytes(data)
-            data += piece
-        raise AssertionError(f"the server did not close within {timeout}s")
-
-    def read_for(self, seconds: float) -> Tuple[bytes, bool]:
-        """What arrives within ``seconds``, and whether the server closed meanwhile."""
-        data = bytearray()
-        give_up = time.monotonic() + seconds
-        while True:
-            left = give_up - time.monotonic()
-            if left <= 0:
-                return bytes(data), False
-            self.sock.settimeout(left)
-            try:
-                piece = self.sock.recv(65536)
-            except socket.timeout:
-                return bytes(data), False
-            if not piece:
-                return bytes(data), True
-            data += piece
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-@pytest.fixture
-def raw() -> Iterator[List[Raw]]:
-    """Raw clients to close after the test."""
-    clients: List[Raw] = []
-    yield clients
-    for client in clients:
-        client.close()
-
-
-def split_response(data: bytes) -> Tuple[str, Dict[str, str], bytes]:
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return lines[0], headers, body
-
-
-def http_chunks(body: bytes) -> Tuple[List[bytes], bool]:
-    """Decode a chunked body: the chunks, and whether the terminating 0-chunk arrived."""
-    chunks = []
-    while body:
-        size_line, _, rest = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            return chunks, True
-        chunks.append(rest[:size])
-        assert rest[size : size + 2] == b"\r\n"
-        body = rest[size + 2 :]
-    return chunks, False
 
 
 def assert_silent(response: requests.Response) -> None:
@@ -595,25 +516,12 @@ def test_pings_only_sends_named_ping_events_and_never_data(
 # -- broken streams ------------------------------------------------------------------------
 
 
-def read_until_reset(client: Raw) -> Tuple[bytes, bool]:
-    """What arrives before the connection ends, and whether it ended with a reset."""
-    data = bytearray()
-    try:
-        while True:
-            piece = client.sock.recv(65536)
-            if not piece:
-                return bytes(data), False
-            data += piece
-    except ConnectionResetError:
-        return bytes(data), True
-
-
 def test_reset_mid_stream_sends_chunks_then_rst(
     fault_gateway: FaultGateway, raw: List[Raw]
 ) -> None:
     client = Raw(fault_gateway.base_url("reset_mid_stream", chunks=2), STREAM)
     raw.append(client)
-    data, reset = read_until_reset(client)
+    data, reset = client.read_until_reset()
     assert reset
     assert data.count(b"data: {") == 2
 

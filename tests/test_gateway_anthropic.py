@@ -14,6 +14,9 @@ import pytest
 from watchdog_sync import Budget
 from watchdog_sync.testing import FaultGateway
 
+from . import rawclient
+from .rawclient import http_chunks, split_response
+
 pytestmark = pytest.mark.timeout(30)
 
 MESSAGES = {
@@ -51,95 +54,11 @@ def ask(client: anthropic.Anthropic, **params: Any) -> Any:
     )
 
 
-class Raw:
-    """A raw socket client: one POST to ``{base}/v1/messages``, bounded reads."""
+class Raw(rawclient.Raw):
+    """A raw socket client whose POST goes to ``{base}/v1/messages`` unless told otherwise."""
 
     def __init__(self, base: str, body: Any, *, headers: str = "", path: str = "/v1/messages"):
-        host, port = base.split("//", 1)[1].split("/", 1)[0].split(":")
-        target = "/" + base.split("//", 1)[1].split("/", 1)[1] + path
-        payload = json.dumps(body).encode()
-        self.sock = socket.create_connection((host, int(port)), timeout=2)
-        head = (
-            f"POST {target} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Connection: close\r\n{headers}Content-Length: {len(payload)}\r\n\r\n"
-        )
-        self.sock.sendall(head.encode() + payload)
-
-    def read_all(self, timeout: float = 5.0) -> bytes:
-        """Everything until the server closes (fails the test if it takes over ``timeout``)."""
-        data = bytearray()
-        give_up = time.monotonic() + timeout
-        while time.monotonic() < give_up:
-            piece = self.sock.recv(65536)
-            if not piece:
-                return bytes(data)
-            data += piece
-        raise AssertionError(f"the server did not close within {timeout}s")
-
-    def read_for(self, seconds: float) -> Tuple[bytes, bool]:
-        """What arrives within ``seconds``, and whether the server closed meanwhile."""
-        data = bytearray()
-        give_up = time.monotonic() + seconds
-        while True:
-            left = give_up - time.monotonic()
-            if left <= 0:
-                return bytes(data), False
-            self.sock.settimeout(left)
-            try:
-                piece = self.sock.recv(65536)
-            except socket.timeout:
-                return bytes(data), False
-            if not piece:
-                return bytes(data), True
-            data += piece
-
-    def read_until_reset(self) -> Tuple[bytes, bool]:
-        """What arrives before the connection ends, and whether it ended with a reset."""
-        data = bytearray()
-        try:
-            while True:
-                piece = self.sock.recv(65536)
-                if not piece:
-                    return bytes(data), False
-                data += piece
-        except ConnectionResetError:
-            return bytes(data), True
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-@pytest.fixture
-def raw() -> Iterator[List[Raw]]:
-    """Raw clients to close after the test."""
-    clients: List[Raw] = []
-    yield clients
-    for client in clients:
-        client.close()
-
-
-def split_response(data: bytes) -> Tuple[str, Dict[str, str], bytes]:
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return lines[0], headers, body
-
-
-def http_chunks(body: bytes) -> Tuple[List[bytes], bool]:
-    """Decode a chunked body: the chunks, and whether the terminating 0-chunk arrived."""
-    chunks = []
-    while body:
-        size_line, _, rest = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            return chunks, True
-        chunks.append(rest[:size])
-        assert rest[size : size + 2] == b"\r\n"
-        body = rest[size + 2 :]
-    return chunks, False
+        super().__init__(base, body, path=path, headers=headers)
 
 
 def sse_events(pieces: Iterable[bytes]) -> List[Tuple[Optional[str], bytes]]:
