@@ -71,6 +71,25 @@ def test_a_chat_streams_call_ends_once_with_its_outcome(seen: List[Event]) -> No
     assert reader and all(e.call_id is not None for e in reader)  # the reader thread's too
 
 
+def test_a_chat_calls_own_retry_loop_is_part_of_its_call(seen: List[Event]) -> None:
+    """No ``retry`` call inside a chat call: its attempts carry the chat call's id."""
+    with FaultGateway() as gw:
+        client = ws.ChatClient(
+            gw.base_url("http429_then_ok", retry_after="0"), model="m", retry=FAST
+        )
+        with client:
+            client.complete(HELLO)
+    assert [e.operation for e in seen if e.event == "call_start"] == ["chat"]
+    [start] = [e for e in seen if e.event == "call_start"]
+    attempts = [e for e in seen if e.event == "attempt_start"]
+    assert [e.attempt for e in attempts] == [1, 2]
+    assert {e.call_id for e in attempts} == {start.call_id}
+    [end] = [e for e in seen if e.event == "call_end"]
+    assert end.call_id == start.call_id and end.error_type is None
+    ws.retry_call(lambda: None, stage="alone")  # outside a chat call: a call of its own
+    assert [e.operation for e in seen if e.event == "call_start"] == ["chat", "retry"]
+
+
 def test_a_collected_stream_ends_its_call_as_abandoned(seen: List[Event]) -> None:
     with (
         FaultGateway() as gw,

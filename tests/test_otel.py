@@ -196,7 +196,11 @@ def test_a_retried_429_shows_each_attempt_and_the_backoff(
 def test_the_histograms_have_the_conventions_buckets_and_stream_timings(
     otel: Otel, gateway: FaultGateway
 ) -> None:
-    _drain(_client(gateway, "ok", options={"chunks": 5, "interval": 0.02}))
+    """Duration and time to first chunk once per stream; time per output chunk once per chunk
+    after the first (the conventions' definition), each the gap since the previous chunk."""
+    stream = _drain(_client(gateway, "ok", options={"chunks": 5, "interval": 0.02}))
+    chunks = dict(otel.one().attributes or {})["watchdog_sync.chunks_received"]
+    assert chunks == 6  # five with content, 20 ms apart, then the one with the finish_reason
     expected = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
@@ -212,9 +216,11 @@ def test_the_histograms_have_the_conventions_buckets_and_stream_timings(
         [point] = otel.points(metric)
         assert dict(point.attributes) == expected, metric
         assert list(point.explicit_bounds) == BUCKETS, metric
-        assert point.count == 1
+        assert point.count == (chunks - 1 if metric.endswith("per_output_chunk") else 1), metric
     [per_chunk] = otel.points("gen_ai.client.operation.time_per_output_chunk")
-    assert 0.01 <= per_chunk.sum < 1.0  # chunks 20 ms apart
+    assert 0.05 <= per_chunk.sum < 2.0  # four gaps of 20 ms (the server waits), one of ~0
+    assert per_chunk.min < 0.015 <= per_chunk.max < 1.0
+    assert stream.finish_reason == "stop"
     [duration] = otel.points("gen_ai.client.operation.duration")
     [first] = otel.points("gen_ai.client.operation.time_to_first_chunk")
     assert 0 < first.sum < duration.sum
@@ -273,6 +279,29 @@ def test_uninstrument_stops_spans_and_metrics(gateway: FaultGateway) -> None:
     assert o.points("watchdog_sync.retries") == []
     o.meter_provider.shutdown()
     o.tracer_provider.shutdown()
+
+
+def test_uninstrument_in_the_middle_of_a_stream_stops_its_chunk_records(
+    gateway: FaultGateway,
+) -> None:
+    o = Otel()
+    o.instrumentor.instrument(tracer_provider=o.tracer_provider, meter_provider=o.meter_provider)
+    per_chunk = "gen_ai.client.operation.time_per_output_chunk"
+    client = _client(gateway, "ok", options={"chunks": 20, "interval": 0.005})
+    try:
+        with client, client.stream(HELLO) as stream:
+            for _ in range(3):
+                next(stream)
+            before = [p.count for p in o.points(per_chunk)]
+            o.instrumentor.uninstrument()
+            assert sum(1 for _ in stream) == 18
+    finally:
+        o.instrumentor.uninstrument()  # (again: a no-op) whatever failed, for the next tests
+        o.meter_provider.shutdown()
+        o.tracer_provider.shutdown()
+    assert before == [2]  # the gaps before the 2nd and the 3rd chunk
+    assert [p.count for p in o.points(per_chunk)] == before
+    assert dict(o.one().attributes or {})["watchdog_sync.ended_by"] == "uninstrumented"
 
 
 def test_spans_nest_under_the_callers_span_and_calls_nest_in_calls(

@@ -13,7 +13,7 @@ for the spans, attributes and metrics.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Optional
+from typing import Any, Callable, Collection, Optional, Tuple
 
 try:
     from opentelemetry import metrics, trace
@@ -26,6 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
         "(opentelemetry-api and opentelemetry-instrumentation)"
     ) from exc
 
+from ._core.calls import add_chunk_observer
 from ._core.events import add_listener
 from ._telemetry.metrics import Instruments
 from ._telemetry.names import SCHEMA_URL
@@ -50,7 +51,7 @@ class WatchdogSyncInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     _listener: Optional[SpanListener] = None
-    _unregister: Optional[Callable[[], None]] = None
+    _unregister: Tuple[Callable[[], None], ...] = ()
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """None: watchdog_sync instruments itself, whatever its version."""
@@ -65,12 +66,12 @@ class WatchdogSyncInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         )
         listener = SpanListener(tracer, Instruments(meter))
         self._listener = listener
-        self._unregister = add_listener(listener)
+        self._unregister = (add_listener(listener), add_chunk_observer(listener.chunk_sink))
 
     def _uninstrument(self, **kwargs: Any) -> None:
         unregister, listener = self._unregister, self._listener
-        self._unregister = self._listener = None
-        if unregister is not None:
-            unregister()
+        self._unregister, self._listener = (), None
+        for each in unregister:
+            each()
         if listener is not None:
             listener.close()

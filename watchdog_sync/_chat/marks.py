@@ -21,10 +21,14 @@ def chat_mark(
     server: Tuple[Optional[str], Optional[int]],
     idle_timeout: Optional[float],
 ) -> CallMark:
-    """Start observing ``call``: operation ``chat_stream`` or ``chat``; the caller ends it."""
+    """Start observing ``call``: operation ``chat_stream`` or ``chat``; the caller ends it.
+
+    Its retry loop is part of it (``absorbs``): the attempts are the chat call's.
+    """
     return CallMark(
         "chat_stream" if call.body.get("stream") else "chat",
         budget=budget,
+        absorbs="retry",
         stage=STAGE,
         request_id=call.request_id,
         model=call.model,

@@ -192,8 +192,13 @@ class ChatStream:
         usage = chunk.get("usage")
         if usage:
             self.usage = usage
+        now = _now()
+        if self._chunks:  # a gap since this attempt's previous chunk, for an observer
+            sink = self._mark.on_chunk
+            if sink is not None:
+                sink(now - self._last_at)  # type: ignore[operator]  # (set with the first chunk)
         self._chunks += 1
-        self._last_at = _now()
+        self._last_at = now
         return chunk
 
     def _malformed(self, data: str) -> StreamProtocolError:

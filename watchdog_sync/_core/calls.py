@@ -11,6 +11,12 @@ spans from these two events alone; the library never imports one.
 A stream's call ends when the stream does, wherever that happens: completed,
 failed, closed, or collected unclosed (a ``weakref.finalize``). Nothing is
 emitted, and no id is taken, when nobody observes events (:func:`observed`).
+
+A call may *absorb* the calls of one operation started inside it (a chat call
+its own ``retry`` loop): those are inert, and the events inside them carry
+the outer call's id. A streaming call also offers its chunk gaps to chunk
+observers (:func:`add_chunk_observer`): a sink per call, called by the stream
+with the seconds since the previous chunk, for each chunk after the first.
 """
 
 from __future__ import annotations
@@ -21,17 +27,53 @@ import threading
 import time
 import urllib.parse
 import weakref
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .budget import Budget
 from .errors import Cancelled, WatchdogError
 from .events import Event, current_field, emit, observed
 
-__all__ = ["CallMark", "error_type", "server_of"]
+__all__ = ["ChunkSink", "CallMark", "add_chunk_observer", "error_type", "server_of"]
+
+ChunkSink = Callable[[float], None]
+"""Takes one chunk gap: seconds from the end of the previous chunk to the end of this one."""
 
 _REPEATED = ("stage", "request_id", "model")
 _ids = itertools.count(1)
 _ids_lock = threading.Lock()
+# Open calls that absorb the calls of an operation started inside them: call_id -> operation.
+_absorbing: Dict[int, str] = {}
+# Who wants a call's chunk gaps: each is asked once per call, with the call's id.
+_chunk_observers: List[Callable[[int], Optional[ChunkSink]]] = []
+
+
+def add_chunk_observer(observer: Callable[[int], Optional[ChunkSink]]) -> Callable[[], None]:
+    """Ask ``observer`` for a :data:`ChunkSink` at each call's start (after its ``call_start``).
+
+    It returns ``None`` for a call whose chunks it does not want. Returns a
+    function that unregisters it (sinks already handed out stay with their calls).
+    """
+    with _ids_lock:
+        _chunk_observers.append(observer)
+
+    def unregister() -> None:
+        with _ids_lock:
+            if observer in _chunk_observers:
+                _chunk_observers.remove(observer)
+
+    return unregister
+
+
+def _sink_for(call_id: int) -> Optional[ChunkSink]:
+    sinks = [s for s in (observer(call_id) for observer in list(_chunk_observers)) if s]
+    if len(sinks) < 2:
+        return sinks[0] if sinks else None
+
+    def each(gap: float) -> None:
+        for sink in sinks:
+            sink(gap)
+
+    return each
 
 
 def error_type(error: BaseException) -> str:
@@ -61,42 +103,63 @@ def server_of(url: str) -> Tuple[Optional[str], Optional[int]]:
 class CallMark:
     """One observed call: emits ``call_start`` now and ``call_end`` at most once.
 
-    Inert (no events, ``call_id`` ``None``) when nobody observed events at the start.
+    Inert (no events, ``call_id`` ``None``) when nobody observed events at the start,
+    or when the call it runs inside absorbs its operation. ``absorbs``: the
+    operation of the calls inside this one that are part of it. ``on_chunk``: the
+    sink a streaming call hands each chunk gap to (``None``: nobody wants them).
     ``end`` is thread-safe and idempotent: the first caller reports the outcome.
     """
 
-    __slots__ = ("_budget", "_ended", "_lock", "_names", "call_id", "operation", "started")
+    __slots__ = (
+        "_budget",
+        "_ended",
+        "_lock",
+        "_names",
+        "call_id",
+        "on_chunk",
+        "operation",
+        "started",
+    )
 
     def __init__(
         self,
         operation: str,
         *,
         budget: Optional[Budget] = None,
+        absorbs: Optional[str] = None,
         **fields: Any,
     ) -> None:
         self.operation = operation
         self.started = time.monotonic()
         self._budget = budget
         self._lock = threading.Lock()
+        self._ended = True
+        self.call_id: Optional[int] = None
+        self.on_chunk: Optional[ChunkSink] = None
+        if not observed():
+            return
+        parent = current_field("call_id")
+        if parent is not None and _absorbing.get(parent) == operation:
+            return  # part of the enclosing call: events inside carry that call's id
         self._ended = False
         # Repeated on call_end, which may be emitted far from the call (a collected stream).
         self._names = {k: fields[k] for k in _REPEATED if fields.get(k) is not None}
-        self.call_id: Optional[int] = None
-        if not observed():
-            self._ended = True
-            return
         with _ids_lock:
-            self.call_id = next(_ids)
+            self.call_id = call_id = next(_ids)
+        if absorbs is not None:
+            _absorbing[call_id] = absorbs
         emit(
             Event(
                 "call_start",
-                call_id=self.call_id,
-                parent_id=current_field("call_id"),
+                call_id=call_id,
+                parent_id=parent,
                 operation=operation,
                 remaining_ms=self._remaining_ms(),
                 **fields,
             )
         )
+        if _chunk_observers:
+            self.on_chunk = _sink_for(call_id)
 
     def fields(self) -> dict[str, Any]:
         """The event fields that tie events emitted inside the call to it."""
@@ -112,6 +175,8 @@ class CallMark:
             if self._ended:
                 return
             self._ended = True
+        _absorbing.pop(self.call_id, None)  # type: ignore[arg-type]  # (an int once started)
+        self.on_chunk = None
         if error is not None:
             fields.setdefault("reason", error_type(error))
             fields["error_type"] = error_type(error)

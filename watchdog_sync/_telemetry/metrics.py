@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from opentelemetry.metrics import Meter
 
@@ -12,26 +12,33 @@ __all__ = ["Instruments"]
 
 
 class Instruments:
-    """Histograms with the conventions' buckets, counters of timeouts and retries by reason."""
+    """Histograms with the conventions' buckets, counters of timeouts and retries by reason.
+
+    The histograms are recorded directly (``duration``, ``first_chunk``, ``per_chunk``);
+    the counters' attribute sets are built once per reason and operation.
+    """
 
     def __init__(self, meter: Meter) -> None:
         buckets = list(names.BUCKETS)
-        self._duration = meter.create_histogram(
+        self.duration = meter.create_histogram(
             names.DURATION,
             unit="s",
             description="GenAI operation duration.",
             explicit_bucket_boundaries_advisory=buckets,
         )
-        self._first_chunk = meter.create_histogram(
+        self.first_chunk = meter.create_histogram(
             names.FIRST_CHUNK,
             unit="s",
             description="Time to receive the first chunk, from the call to the first chunk.",
             explicit_bucket_boundaries_advisory=buckets,
         )
-        self._per_chunk = meter.create_histogram(
+        self.per_chunk = meter.create_histogram(
             names.PER_CHUNK,
             unit="s",
-            description="Time per output chunk after the first one (one point per stream: the mean).",
+            description=(
+                "Time per output chunk, recorded for each chunk after the first one: the time "
+                "from the end of the previous chunk to the end of this one."
+            ),
             explicit_bucket_boundaries_advisory=buckets,
         )
         self._timeouts = meter.create_counter(
@@ -44,29 +51,22 @@ class Instruments:
             unit="{retry}",
             description="Retries (a backoff before another attempt) by the failure's reason.",
         )
-
-    def chat_ended(
-        self,
-        attributes: Mapping[str, Any],
-        seconds: float,
-        *,
-        first_chunk: Optional[float],
-        per_chunk: Optional[float],
-    ) -> None:
-        """One GenAI call ended: its duration and, for a stream, its chunk timings."""
-        self._duration.record(seconds, attributes)
-        shared = {k: v for k, v in attributes.items() if k != names.ERROR_TYPE}
-        if first_chunk is not None:
-            self._first_chunk.record(first_chunk, shared)
-        if per_chunk is not None:
-            self._per_chunk.record(per_chunk, shared)
+        self._by: Dict[Tuple[str, str], Mapping[str, str]] = {}
 
     def timeout(self, reason: str, operation: Optional[str]) -> None:
-        self._timeouts.add(1, _by(reason, operation))
+        self._timeouts.add(1, self._attributes(reason, operation))
 
     def retry(self, reason: Optional[str], operation: Optional[str]) -> None:
-        self._retries.add(1, _by(reason or "unknown", operation))
+        self._retries.add(1, self._attributes(reason or "unknown", operation))
+
+    def _attributes(self, reason: str, operation: Optional[str]) -> Mapping[str, str]:
+        key = (reason, operation or "unknown")
+        found = self._by.get(key)
+        if found is None:
+            found = {names.ERROR_TYPE: key[0], names.OPERATION_OURS: key[1]}
+            if len(self._by) < _MAX_SETS:
+                self._by[key] = found
+        return found
 
 
-def _by(reason: str, operation: Optional[str]) -> Mapping[str, str]:
-    return {names.ERROR_TYPE: reason, names.OPERATION_OURS: operation or "unknown"}
+_MAX_SETS = 1024  # (reason, operation) attribute sets remembered at most

@@ -5,23 +5,29 @@ opens a span under the caller's current span (the listener runs in the
 caller's thread) or under the span of the call it is nested in;
 ``call_end`` ends it, wherever it is emitted (the consumer's thread, the
 stream's reader, a garbage collection). Events in between carry the call's
-``call_id`` and become span events. The ``retry_call`` that a ``ChatClient``
-call runs inside is folded into the chat span: its attempts are the call's.
+``call_id`` and become span events. (The ``retry_call`` that a ``ChatClient``
+call runs inside is part of that call: it has no call, nor span, of its own.)
+A streaming chat call also gets a chunk sink (:meth:`SpanListener.chunk_sink`)
+that records each gap between chunks.
 
 Attributes come from event fields only: ids, names, numbers, reason codes.
+What is the same for every call of one operation, model and server (the span's
+name and kind, the GenAI attributes, the metrics' attribute set) is built once,
+in a :class:`~.shapes.Shape`.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, Optional
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Status, StatusCode, Tracer
 
+from .._core.calls import ChunkSink
 from .._core.events import Event
 from . import names
 from .metrics import Instruments
+from .shapes import Shape, Shapes
 
 __all__ = ["SpanListener"]
 
@@ -44,17 +50,14 @@ _MAX_OPEN = 100_000  # open calls remembered at most (bounded memory, whatever h
 
 
 class _Call:
-    """An open call: its span (``None`` when folded into ``owner``'s) and what metrics need."""
+    """An open call: its span, its shape and what its events told so far."""
 
-    __slots__ = ("attempts", "attributes", "operation", "owner", "span", "status")
+    __slots__ = ("attempts", "recording", "shape", "span", "status")
 
-    def __init__(
-        self, span: Any, operation: str, attributes: Dict[str, Any], owner: Optional[_Call]
-    ) -> None:
+    def __init__(self, span: Any, shape: Shape) -> None:
         self.span = span
-        self.operation = operation
-        self.attributes = attributes  # the metrics' attributes (GenAI calls)
-        self.owner = owner
+        self.shape = shape
+        self.recording: bool = span.is_recording()
         self.status: Optional[int] = None
         self.attempts: Optional[int] = None
 
@@ -65,8 +68,10 @@ class SpanListener:
     def __init__(self, tracer: Tracer, instruments: Instruments) -> None:
         self._tracer = tracer
         self._instruments = instruments
+        self._shapes = Shapes()
+        # Plain dict operations (atomic): no lock on the path of every call.
         self._calls: Dict[int, _Call] = {}
-        self._lock = threading.Lock()
+        self._live = True
 
     def __call__(self, event: Event) -> None:
         kind = event.event
@@ -74,161 +79,134 @@ class SpanListener:
             self._start(event)
         elif kind == "call_end":
             self._end(event)
-        elif event.call_id is not None and kind in _SPAN_EVENTS:
+        elif kind in _SPAN_EVENTS and event.call_id is not None:
             self._during(event)
+
+    def chunk_sink(self, call_id: int) -> Optional[ChunkSink]:
+        """Records each chunk gap of a streaming chat call (``None`` for any other call)."""
+        call = self._calls.get(call_id)
+        if call is None or not call.shape.streaming:
+            return None
+        record, attributes = self._instruments.per_chunk.record, call.shape.metric_attributes
+
+        def sink(gap: float) -> None:
+            if self._live:
+                record(gap, attributes)
+
+        return sink
 
     # -- call_start ----------------------------------------------------------------------
 
     def _start(self, event: Event) -> None:
-        call_id, operation = event.call_id, event.operation or "call"
-        if call_id is None:
+        call_id = event.call_id
+        if call_id is None or len(self._calls) >= _MAX_OPEN:
             return
-        with self._lock:
-            parent = None if event.parent_id is None else self._calls.get(event.parent_id)
-            if len(self._calls) >= _MAX_OPEN:
-                return
-        if (
-            parent is not None
-            and operation == "retry"
-            and parent.operation in names.CHAT_OPERATIONS
-        ):
-            folded = _Call(None, operation, {}, parent.owner or parent)
-            with self._lock:
-                self._calls[call_id] = folded
-            return
-        attributes = _start_attributes(event, operation)
-        metric_attributes = {
-            k: v for k, v in attributes.items() if k in _METRIC_KEYS and v is not None
-        }
-        owner = None if parent is None else parent.owner or parent
-        context = None if owner is None else trace.set_span_in_context(owner.span)
+        shape = self._shapes.get(event)
+        parent = None if event.parent_id is None else self._calls.get(event.parent_id)
+        attributes = dict(shape.span_attributes)
+        if event.stage is not None:
+            attributes[names.STAGE] = event.stage
+        if event.request_id is not None:
+            attributes[names.REQUEST_ID] = event.request_id
+        if event.idle_timeout_ms is not None:
+            attributes[names.IDLE_TIMEOUT] = event.idle_timeout_ms / 1000
         span = self._tracer.start_span(
-            _span_name(event, operation),
-            context=context,
-            kind=SpanKind.INTERNAL if operation == "retry" else SpanKind.CLIENT,
-            attributes={k: v for k, v in attributes.items() if v is not None},
+            shape.name_with(event.stage),
+            context=None if parent is None else trace.set_span_in_context(parent.span),
+            kind=shape.kind,
+            attributes=attributes,
         )
-        with self._lock:
-            self._calls[call_id] = _Call(span, operation, metric_attributes, None)
+        self._calls[call_id] = _Call(span, shape)
 
     # -- events in between ---------------------------------------------------------------
 
     def _during(self, event: Event) -> None:
-        with self._lock:
-            call = self._calls.get(event.call_id)  # type: ignore[arg-type]
+        call = self._calls.get(event.call_id)  # type: ignore[arg-type]
         if call is None:
             return
-        owner = call.owner or call
         kind, reason = event.event, event.reason
         if event.status is not None:
-            owner.status = event.status
-        attributes = {
-            name: value for name in _EVENT_FIELDS if (value := getattr(event, name)) is not None
-        }
-        owner.span.add_event(f"watchdog_sync.{kind}", attributes)
+            call.status = event.status
+        if kind == "attempt_start":
+            call.attempts = event.attempt
+        if call.recording:
+            fields = event.__dict__
+            attributes = {n: v for n in _EVENT_FIELDS if (v := fields[n]) is not None}
+            call.span.add_event(f"watchdog_sync.{kind}", attributes)
+        else:
+            attributes = {}
         if reason is None:
             return
         if (kind == "attempt_failed" and reason in names.TIMEOUT_REASONS) or (
             kind == "give_up" and reason == "deadline_exceeded"
         ):
-            owner.span.add_event("watchdog_sync.timeout", attributes)
-            self._instruments.timeout(reason, owner.operation)
+            if call.recording:
+                call.span.add_event("watchdog_sync.timeout", attributes)
+            self._instruments.timeout(reason, call.shape.operation)
         elif kind == "backoff":
-            self._instruments.retry(reason, owner.operation)
+            self._instruments.retry(reason, call.shape.operation)
 
     # -- call_end ------------------------------------------------------------------------
 
     def _end(self, event: Event) -> None:
-        if event.call_id is None:
-            return
-        with self._lock:
-            call = self._calls.pop(event.call_id, None)
+        call = self._calls.pop(event.call_id, None)  # type: ignore[arg-type]
         if call is None:
             return  # started before instrument(), or more open calls than remembered
-        if call.owner is not None:  # folded into its owner's span: its attempts are the owner's
-            call.owner.attempts = event.attempt
-            return
-        span, error = call.span, event.error_type
-        if call.operation in names.UNATTEMPTED and call.operation != "sse":
-            error = error or _http_error(event.status)  # an HTTPXTransport call: as HTTP spans
-        seconds = (event.elapsed_ms or 0.0) / 1000.0
+        span, shape, error = call.span, call.shape, event.error_type
+        if error is None and shape.http:
+            error = _http_error(event.status)  # an HTTPXTransport call: as HTTP spans
         first = None if event.first_byte_ms is None else event.first_byte_ms / 1000.0
-        ended: Dict[str, Any] = {
-            names.ATTEMPTS: event.attempt if event.attempt is not None else call.attempts,
-            names.CHUNKS: event.chunks_received,
-            names.REMAINING: None if event.remaining_ms is None else event.remaining_ms / 1000.0,
-            names.ENDED_BY: None if error is not None else event.reason or "completed",
-            names.HTTP_STATUS: event.status,
-        }
-        if event.finish_reason is not None:
-            ended[names.FINISH_REASONS] = (event.finish_reason,)
-        if names.CHAT_OPERATIONS.get(call.operation):
-            ended[names.TIME_TO_FIRST_CHUNK] = first
-        if error is not None:
-            ended[names.ERROR_TYPE] = error
-            ended[names.HTTP_STATUS] = event.status if event.status is not None else call.status
-            span.set_status(Status(StatusCode.ERROR, error))
-            if call.operation in names.UNATTEMPTED and error in names.TIMEOUT_REASONS:
-                self._instruments.timeout(error, call.operation)  # no attempts to count it
-        span.set_attributes({k: v for k, v in ended.items() if v is not None})
-        span.end()
-        if call.operation in names.CHAT_OPERATIONS:
-            attributes = dict(call.attributes)
+        if call.recording:
+            span.set_attributes(_end_attributes(event, call, error, first))
             if error is not None:
-                attributes[names.ERROR_TYPE] = error
-            streaming = names.CHAT_OPERATIONS[call.operation]
-            self._instruments.chat_ended(
-                attributes,
-                seconds,
-                first_chunk=first if streaming else None,
-                per_chunk=_per_chunk(event, first) if streaming else None,
-            )
+                span.set_status(Status(StatusCode.ERROR, error))
+        span.end()
+        if error is not None and shape.unattempted and error in names.TIMEOUT_REASONS:
+            self._instruments.timeout(error, shape.operation)  # no attempts to count it
+        if shape.chat:
+            attributes = shape.metric_attributes if error is None else shape.failed(error)
+            self._instruments.duration.record((event.elapsed_ms or 0.0) / 1000.0, attributes)
+            if shape.streaming and first is not None:
+                self._instruments.first_chunk.record(first, shape.metric_attributes)
 
     def close(self) -> None:
-        """Forget every open call (after the listener was unregistered); their spans end."""
-        with self._lock:
-            calls, self._calls = list(self._calls.values()), {}
-        for call in calls:
-            if call.span is not None:
-                call.span.set_attribute(names.ENDED_BY, "uninstrumented")
-                call.span.end()
+        """Forget every open call (after the listener was unregistered); their spans end.
+
+        Chunk sinks handed out before record nothing more.
+        """
+        self._live = False
+        calls, self._calls = self._calls, {}
+        for call in calls.values():
+            call.span.set_attribute(names.ENDED_BY, "uninstrumented")
+            call.span.end()
 
 
-_METRIC_KEYS = frozenset(
-    {names.OPERATION, names.PROVIDER, names.REQUEST_MODEL, names.SERVER_ADDRESS, names.SERVER_PORT}
-)
-
-
-def _start_attributes(event: Event, operation: str) -> Dict[str, Any]:
-    attributes: Dict[str, Any] = {
-        names.SERVER_ADDRESS: event.server_address,
-        names.SERVER_PORT: event.server_port,
-        names.STAGE: event.stage,
-        names.REQUEST_ID: event.request_id,
-        names.IDLE_TIMEOUT: None if event.idle_timeout_ms is None else event.idle_timeout_ms / 1000,
-    }
-    if operation in names.CHAT_OPERATIONS:
-        attributes[names.OPERATION] = "chat"
-        attributes[names.PROVIDER] = names.PROVIDERS.get(operation, names.PROVIDER_NAME)
-        attributes[names.REQUEST_MODEL] = event.model
-        attributes[names.REQUEST_STREAM] = names.CHAT_OPERATIONS[operation]
-    return attributes
-
-
-def _span_name(event: Event, operation: str) -> str:
-    """``chat {model}`` as the conventions say; ``retry_call [stage]``; ``stream_sse``."""
-    if operation in names.CHAT_OPERATIONS:
-        return f"chat {event.model}" if event.model else "chat"
-    name = names.SPAN_NAMES.get(operation, operation)
-    return f"{name} {event.stage}" if operation == "retry" and event.stage else name
-
-
-def _per_chunk(event: Event, first: Optional[float]) -> Optional[float]:
-    """The mean time per chunk after the first (seconds), when there was more than one."""
-    chunks, last = event.chunks_received, event.last_chunk_ms
-    if first is None or last is None or chunks is None or chunks < 2:
-        return None
-    return max(0.0, last / 1000.0 - first) / (chunks - 1)
+def _end_attributes(
+    event: Event, call: _Call, error: Optional[str], first: Optional[float]
+) -> Dict[str, Any]:
+    """What the span learns at its end (attributes whose value is ``None`` left out)."""
+    ended: Dict[str, Any] = {}
+    attempts = event.attempt if event.attempt is not None else call.attempts
+    if attempts is not None:
+        ended[names.ATTEMPTS] = attempts
+    if event.chunks_received is not None:
+        ended[names.CHUNKS] = event.chunks_received
+    if event.remaining_ms is not None:
+        ended[names.REMAINING] = event.remaining_ms / 1000.0
+    status = event.status
+    if error is not None:
+        ended[names.ERROR_TYPE] = error
+        if status is None:
+            status = call.status
+    else:
+        ended[names.ENDED_BY] = event.reason or "completed"
+    if status is not None:
+        ended[names.HTTP_STATUS] = status
+    if event.finish_reason is not None:
+        ended[names.FINISH_REASONS] = (event.finish_reason,)
+    if first is not None and call.shape.streaming:
+        ended[names.TIME_TO_FIRST_CHUNK] = first
+    return ended
 
 
 def _http_error(status: Optional[int]) -> Optional[str]:

@@ -96,9 +96,14 @@ class MarkedBody:
     def __iter__(self) -> Iterator[bytes]:
         try:
             for piece in self._inner:
-                self._last = time.monotonic()
-                if self._first is None:
-                    self._first = self._last
+                now = time.monotonic()
+                last, self._last = self._last, now
+                if last is None:
+                    self._first = now
+                else:
+                    sink = self._mark.on_chunk
+                    if sink is not None:
+                        sink(now - last)
                 self._pieces += 1
                 yield piece
         except BaseException as exc:
