@@ -1,15 +1,18 @@
-"""Calls through HTTPXTransport get one span each: the openai SDK on httpx_client().
+"""Calls through HTTPXTransport get one span each: the openai and anthropic SDKs on
+httpx_client().
 
 The OpenTelemetry SDK's in-memory exporter records the span of each SDK call
-against the FaultGateway: a GenAI ``chat`` span for ``/chat/completions`` with
-its status and ``error.type``, an ``HTTP`` span for any other path; the key and
-the prompt appear in no attribute or event.
+against the FaultGateway: a GenAI ``chat {model}`` span for ``/chat/completions``
+and ``/v1/messages`` (the model read from the request's JSON body) with its
+status and ``error.type``, an ``HTTP`` span for any other path; the key and the
+prompt appear in no attribute, event or data point.
 """
 
 from __future__ import annotations
 
 from typing import Iterator
 
+import anthropic
 import openai
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
@@ -42,10 +45,13 @@ def _sdk(base: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base, api_key=KEY, http_client=http, max_retries=0)
 
 
-def _assert_no_secret(otel: Otel) -> None:
-    for span in otel.exporter.get_finished_spans():
-        text = span.to_json()
-        for secret in (KEY, PROMPT, "Bearer", "Authorization", "/chat/completions"):
+def _assert_no_secret(otel: Otel, *planted: str) -> None:
+    """No key, prompt or planted text in any span (attributes, events) or metric data point."""
+    texts = [span.to_json() for span in otel.exporter.get_finished_spans()]
+    data = otel.reader.get_metrics_data()
+    texts.append("" if data is None else data.to_json())
+    for text in texts:
+        for secret in (KEY, PROMPT, "Bearer", "Authorization", "/chat/completions", *planted):
             assert secret not in text
 
 
@@ -56,8 +62,10 @@ def test_an_ok_stream_is_one_chat_span(otel: Otel, fault_gateway: FaultGateway) 
             pass
     span = otel.one("chat")
     attributes = dict(span.attributes or {})
+    assert span.name == "chat m"  # {gen_ai.operation.name} {gen_ai.request.model}
     assert span.kind == SpanKind.CLIENT and span.status.status_code == StatusCode.UNSET
     assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.request.model"] == "m"
     assert attributes["gen_ai.provider.name"] == "openai"
     assert attributes["gen_ai.request.stream"] is True
     assert attributes["server.address"] == "127.0.0.1"
@@ -67,6 +75,10 @@ def test_an_ok_stream_is_one_chat_span(otel: Otel, fault_gateway: FaultGateway) 
     assert attributes["watchdog_sync.chunks_received"] >= 5
     assert 0 < attributes["gen_ai.response.time_to_first_chunk"] < 10
     assert "error.type" not in attributes
+    [duration] = otel.points("gen_ai.client.operation.duration")
+    assert duration.attributes["gen_ai.request.model"] == "m"
+    [per_chunk] = otel.points("gen_ai.client.operation.time_per_output_chunk")
+    assert per_chunk.count == attributes["watchdog_sync.chunks_received"] - 1  # one per gap
     _assert_no_secret(otel)
 
 
@@ -99,3 +111,79 @@ def test_another_path_is_an_http_client_span(otel: Otel, fault_gateway: FaultGat
     assert attributes["server.port"] == fault_gateway.port
     assert len(otel.exporter.get_finished_spans()) == 1
     _assert_no_secret(otel)
+
+
+def test_the_model_is_the_bodys_top_level_one_and_no_other_text_is_read(
+    otel: Otel, fault_gateway: FaultGateway
+) -> None:
+    """A "model" nested in the body (or quoted in the prompt) is neither the model nor kept."""
+    nested, quoted = "PLANTED-NESTED-MODEL-44", "PLANTED-QUOTED-MODEL-45"
+    messages = [{"role": "user", "content": f'{PROMPT} "model": "{quoted}"'}]
+    client = _sdk(fault_gateway.base_url("ok"))
+    with client, ws.deadline(10):
+        client.chat.completions.create(
+            model="m",
+            messages=messages,  # type: ignore[arg-type]
+            extra_body={"metadata": {"model": nested}},
+        )
+    span = otel.one("chat")
+    assert span.name == "chat m"
+    assert dict(span.attributes or {})["gen_ai.request.stream"] is False
+    _assert_no_secret(otel, nested, quoted)
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (
+            b'{"model": "PLANTED-BIG-MODEL-46", "messages": [], "pad": "' + b"x" * 70_000 + b'"}',
+            "over 64 KiB",
+        ),
+        (b'{"model": "PLANTED-BROKEN-MODEL-47", "messages": [', "not JSON"),
+        (b'{"messages": [], "metadata": {"model": "PLANTED-NESTED-MODEL-48"}}', "nested only"),
+        (b'{"model": ["PLANTED-LIST-MODEL-49"], "messages": []}', "not a string"),
+    ],
+    ids=["huge", "not-json", "nested-only", "not-a-string"],
+)
+def test_a_body_the_model_cannot_be_read_from_leaves_it_out(
+    otel: Otel, fault_gateway: FaultGateway, body: bytes, why: str
+) -> None:
+    """A huge, broken or model-less body: a ``chat`` span without the model (never a guess)."""
+    url = fault_gateway.base_url("ok") + "/chat/completions"
+    with ws.httpx_client(idle_timeout=30) as http, ws.deadline(10):
+        http.post(url, content=body, headers={"content-type": "application/json"})
+    span = otel.one("chat")
+    attributes = dict(span.attributes or {})
+    assert span.name == "chat", why
+    assert "gen_ai.request.model" not in attributes, why
+    assert attributes["gen_ai.operation.name"] == "chat"
+    planted = body.split(b"PLANTED-")[1].split(b'"')[0].decode()
+    _assert_no_secret(otel, "PLANTED-" + planted)
+
+
+def test_an_anthropic_messages_stream_is_a_chat_span_named_with_its_model(
+    otel: Otel, fault_gateway: FaultGateway
+) -> None:
+    http = ws.httpx_client(idle_timeout=30)
+    client = anthropic.Anthropic(
+        base_url=fault_gateway.base_url("ok", api="anthropic"),
+        api_key=KEY,
+        http_client=http,
+        max_retries=0,
+    )
+    with client, ws.deadline(10):
+        events = client.messages.create(
+            model="claude-test",
+            max_tokens=64,
+            messages=MESSAGES,
+            stream=True,  # type: ignore[arg-type]
+        )
+        for _ in events:
+            pass
+    span = otel.one("chat")
+    attributes = dict(span.attributes or {})
+    assert span.name == "chat claude-test"
+    assert attributes["gen_ai.provider.name"] == "anthropic"
+    assert attributes["gen_ai.request.model"] == "claude-test"
+    assert attributes["gen_ai.request.stream"] is True
+    _assert_no_secret(otel, "/v1/messages")

@@ -14,10 +14,14 @@ response's close, with the server's host and port (never the path or the
 query). ``http`` for any request; a request whose path ends with
 ``/chat/completions`` (OpenAI) or ``/v1/messages`` (Anthropic) is a GenAI chat
 call (``http_chat`` / ``http_messages``, ``_stream`` when it asks for a stream).
+A chat call's ``model`` is the top-level ``"model"`` string of its JSON body,
+read only from a body already in memory of at most 64 KiB (a streamed, larger
+or non-JSON body leaves it out); nothing else of the body is kept.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any, Iterator, Optional
@@ -27,11 +31,20 @@ from .._core.calls import CallMark
 from . import propagation as _propagation
 from .redirect import same_origin
 
-__all__ = ["MarkedBody", "asks_for_stream", "body_in_memory", "call_mark", "mark_deadline"]
+__all__ = [
+    "MarkedBody",
+    "asks_for_stream",
+    "body_in_memory",
+    "call_mark",
+    "mark_deadline",
+    "request_model",
+]
 
 _ORIGIN_KEY = "watchdog_sync.origin"  # the extension naming the origin the call started at
 _STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
 _CHAT_PATHS = (("/chat/completions", "http_chat"), ("/v1/messages", "http_messages"))
+_MODEL_BODY_MAX = 64 * 1024  # the largest request body parsed for its model (bytes)
+_MODEL_MAX = 256  # a longer "model" value is not a model's name: left out
 
 
 def mark_deadline(request: Any, budget: Budget) -> None:
@@ -57,11 +70,27 @@ def call_mark(request: Any, budget: Budget, idle: Optional[float]) -> Optional[C
         operation,
         budget=budget,
         stage="http",
+        model=None if operation == "http" else request_model(request),
         server_address=url.host or None,
         server_port=url.port or {"https": 443, "http": 80}.get(url.scheme),
         idle_timeout_ms=None if idle is None or not streaming else idle * 1000.0,
     )
     return None if mark.call_id is None else mark
+
+
+def request_model(request: Any) -> Optional[str]:
+    """The top-level ``"model"`` of a JSON POST body in memory (at most 64 KiB), else ``None``."""
+    if request.method != "POST" or "json" not in request.headers.get("content-type", ""):
+        return None
+    body = body_in_memory(request)
+    if body is None or len(body) > _MODEL_BODY_MAX or b'"model"' not in body:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON (or not UTF-8), or nested too deep
+        return None
+    model = data.get("model") if type(data) is dict else None
+    return model if type(model) is str and 0 < len(model) <= _MODEL_MAX else None
 
 
 def body_in_memory(request: Any) -> Optional[bytes]:
