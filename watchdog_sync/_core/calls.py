@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .budget import Budget
 from .errors import Cancelled, WatchdogError
@@ -43,8 +43,9 @@ _ids = itertools.count(1)
 _ids_lock = threading.Lock()
 # Open calls that absorb the calls of an operation started inside them: call_id -> operation.
 _absorbing: Dict[int, str] = {}
-# Who wants a call's chunk gaps: each is asked once per call, with the call's id.
-_chunk_observers: List[Callable[[int], Optional[ChunkSink]]] = []
+# Who wants a call's chunk gaps: each is asked once per call, with the call's id (a tuple,
+# replaced under the lock, so that a call reads it without one).
+_chunk_observers: Tuple[Callable[[int], Optional[ChunkSink]], ...] = ()
 
 
 def add_chunk_observer(observer: Callable[[int], Optional[ChunkSink]]) -> Callable[[], None]:
@@ -53,19 +54,24 @@ def add_chunk_observer(observer: Callable[[int], Optional[ChunkSink]]) -> Callab
     It returns ``None`` for a call whose chunks it does not want. Returns a
     function that unregisters it (sinks already handed out stay with their calls).
     """
+    global _chunk_observers
     with _ids_lock:
-        _chunk_observers.append(observer)
+        _chunk_observers = (*_chunk_observers, observer)
 
     def unregister() -> None:
+        global _chunk_observers
         with _ids_lock:
-            if observer in _chunk_observers:
-                _chunk_observers.remove(observer)
+            _chunk_observers = tuple(o for o in _chunk_observers if o is not observer)
 
     return unregister
 
 
-def _sink_for(call_id: int) -> Optional[ChunkSink]:
-    sinks = [s for s in (observer(call_id) for observer in list(_chunk_observers)) if s]
+def _sink_for(
+    call_id: int, observers: Tuple[Callable[[int], Optional[ChunkSink]], ...]
+) -> Optional[ChunkSink]:
+    if len(observers) == 1:
+        return observers[0](call_id)
+    sinks = [s for s in (observer(call_id) for observer in observers) if s is not None]
     if len(sinks) < 2:
         return sinks[0] if sinks else None
 
@@ -158,8 +164,9 @@ class CallMark:
                 **fields,
             )
         )
-        if _chunk_observers:
-            self.on_chunk = _sink_for(call_id)
+        observers = _chunk_observers
+        if observers:
+            self.on_chunk = _sink_for(call_id, observers)
 
     def fields(self) -> dict[str, Any]:
         """The event fields that tie events emitted inside the call to it."""
@@ -178,8 +185,8 @@ class CallMark:
         _absorbing.pop(self.call_id, None)  # type: ignore[arg-type]  # (an int once started)
         self.on_chunk = None
         if error is not None:
-            fields.setdefault("reason", error_type(error))
-            fields["error_type"] = error_type(error)
+            fields["error_type"] = kind = error_type(error)
+            fields.setdefault("reason", kind)
         emit(
             Event(
                 "call_end",
