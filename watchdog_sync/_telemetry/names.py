@@ -2,8 +2,11 @@
 
 Followed: OpenTelemetry semantic conventions v1.41.0 (the GenAI client span
 and metrics, as in the ``opentelemetry-semantic-conventions`` 0.66b2 package;
-the GenAI conventions have since moved to their own repository, which renames
-the metrics ``gen_ai.client.inference.*`` with the same buckets). Our own
+the GenAI conventions have since moved to their own repository,
+semantic-conventions-genai, whose ``model/gen-ai/metrics.yaml`` keeps these
+metrics: ``time_per_output_chunk`` "recorded for each chunk received after the
+first one, measured as the time elapsed from the end of the previous chunk to
+the end of the current chunk", for streaming calls only). Our own
 attributes are under ``watchdog_sync.*``. Nothing here names a prompt, a
 completion, a header or a key: no value that could hold one is ever recorded.
 """
