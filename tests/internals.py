@@ -32,6 +32,7 @@ from watchdog_sync._transport.framing import EventFramer
 from watchdog_sync._transport.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._transport.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._transport.guard import clip_timeout
+from watchdog_sync._transport.httpx_call import request_model
 from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
 from watchdog_sync._transport.sse import SSEStream
 from watchdog_sync._transport.sse_feed import _FramedSSEClient, _http_response
@@ -92,6 +93,7 @@ __all__ = [
     "excerpt",
     "fed_stream",
     "parse_retry_after",
+    "request_model",
     "run_demo",
     "sample_preload_module",
     "stream_error",

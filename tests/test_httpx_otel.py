@@ -10,9 +10,10 @@ prompt appear in no attribute, event or data point.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import anthropic
+import httpx2
 import openai
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
@@ -20,6 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .internals import request_model
 from .test_otel import Otel
 
 pytestmark = pytest.mark.timeout(60)
@@ -159,6 +161,25 @@ def test_a_body_the_model_cannot_be_read_from_leaves_it_out(
     assert attributes["gen_ai.operation.name"] == "chat"
     planted = body.split(b"PLANTED-")[1].split(b'"')[0].decode()
     _assert_no_secret(otel, "PLANTED-" + planted)
+
+
+def test_the_model_is_read_only_from_a_bounded_json_body_in_memory() -> None:
+    """The request's own parse (no server needed): what gives a model, what leaves it out."""
+    url = "http://127.0.0.1:9/v1/chat/completions"
+    json_type = {"content-type": "application/json"}
+
+    def model_of(body: Any, method: str = "POST", headers: Any = json_type) -> Any:
+        return request_model(httpx2.Request(method, url, content=body, headers=headers))
+
+    assert model_of(b'{"messages": [], "model": "gpt-x"}') == "gpt-x"
+    assert model_of(b'{"model": "' + b"m" * 256 + b'"}') == "m" * 256
+    assert model_of(b'{"model": "' + b"m" * 257 + b'"}') is None  # not a model's name
+    deep = b'{"model": "m", "x": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    assert len(deep) < 64 * 1024 and model_of(deep) is None  # too deep for json: no guess
+    assert model_of(b'{"model": "m"}', headers={"content-type": "text/plain"}) is None
+    assert model_of(b'{"model": "m"}', method="PUT") is None
+    assert model_of(iter([b'{"model": "m"}'])) is None  # a streamed body is never read
+    assert model_of(b"[1, 2]") is None and model_of(b'"model"') is None
 
 
 def test_an_anthropic_messages_stream_is_a_chat_span_named_with_its_model(
