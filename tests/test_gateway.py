@@ -853,3 +853,17 @@ def test_base_url_after_stop_is_an_error() -> None:
     gateway.stop()
     with pytest.raises(RuntimeError, match="stopped"):
         gateway.base_url("ok")
+
+
+@pytest.mark.parametrize("depth", [700, 20000])
+def test_a_request_body_nested_too_deep_is_answered_and_recorded_without_its_body(
+    fault_gateway: FaultGateway, raw: List[Raw], depth: int
+) -> None:
+    """A JSON body nested deeper than json (20,000) or copy.deepcopy (700) can go crashes
+    no connection thread: the request is answered and recorded with ``body`` None."""
+    base = fault_gateway.base_url("ok")
+    client = Raw(base, b"[" * depth + b"]" * depth)
+    raw.append(client)
+    status, _, _ = split_response(client.read_all())
+    assert status.startswith("HTTP/1.1 ")
+    assert last_record(fault_gateway, base).body is None
