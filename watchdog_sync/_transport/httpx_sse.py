@@ -21,13 +21,16 @@ import json
 import re
 from typing import Any, Callable, Iterator, Optional
 
+from .._core.durations import off
 from .._core.errors import HTTPStatusError, StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
 from .._core.status import status_verdict
 from .._retry.foreign import provider_error_status
 from .framing import EventFramer
+from .httpx_body import Shutter
+from .stream import GuardedStream, guard_stream
 
-__all__ = ["EventWatch", "event_source"]
+__all__ = ["EventWatch", "event_source", "threaded_events"]
 
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
 _ANTHROPIC_EVENTS = frozenset(
@@ -178,3 +181,34 @@ def event_source(
         watch.end()
     finally:
         release()
+
+
+def threaded_events(
+    inner: Any,
+    framer: Optional[EventFramer],
+    watch: EventWatch,
+    shutter: Shutter,
+    idle: Optional[float],
+    first: Optional[float],
+) -> GuardedStream[bytes]:
+    """The guarded events of the body ``inner`` (httpx's stream), read by a thread of their own.
+
+    Call it inside ``using_budget(budget)``. The reader thread closes ``inner``
+    when the source ends, whichever way; an idle timeout, the budget's end or
+    ``close()`` shut the socket from outside first (``shutter``).
+    """
+    pieces = iter(inner)
+
+    def let_go() -> None:  # in the reader thread, when the source ends
+        shutter.release()
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()
+        inner.close()
+
+    return guard_stream(
+        event_source(pieces, framer, watch, let_go),
+        idle_timeout=off(idle),
+        first_item_timeout=off(first),
+        on_timeout=shutter.shut,
+    )

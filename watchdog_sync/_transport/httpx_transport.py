@@ -10,8 +10,9 @@ and, for each request:
   (``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
   thread does not); closing the response lets it go before the connection
   can return to the pool;
-* guards a ``text/event-stream`` body like :func:`stream_sse`: a reader thread
-  frames it into events, data events are activity (comments and ``ping``
+* guards a ``text/event-stream`` body like :func:`stream_sse`: the shared
+  stream reader (HTTP/1.1, see :mod:`.httpx_feed`; else a reader thread) frames
+  it into events, data events are activity (comments and ``ping``
   events are not), a first-event and an idle limit, an event size cap, and a
   stream that ends without its terminal event raises
   ``StreamProtocolError('no_finish_reason')``;
@@ -39,9 +40,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from .._core import events as _events
-from .._core.budget import Budget
+from .._core.budget import Budget, _noop
 from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET, first_limit, idle_setting
-from .._core.durations import Duration, off
+from .._core.durations import Duration
 from .._core.errors import StreamIdleTimeout
 from .._core.events import event_fields, observed
 from .._core.scope import boundary, joined_budget, using_budget
@@ -49,9 +50,9 @@ from . import propagation as _propagation
 from .framing import EventFramer
 from .httpx_body import BoundedBody, EventBody, Shutter, socket_of
 from .httpx_call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
-from .httpx_sse import EventWatch, event_source
+from .httpx_feed import fed_events
+from .httpx_sse import EventWatch, threaded_events
 from .sse import DEFAULT_MAX_EVENT_BYTES
-from .stream import guard_stream
 
 if TYPE_CHECKING:
     import httpx2
@@ -284,7 +285,9 @@ class HTTPXTransport(_Base):
                 return self._bounded(response, budget, owner, release)
             may_resend = replayable and _may_resend(send, budget)
             try:
-                return self._guarded(response, budget, owner, release, started, send, may_resend)
+                return self._guarded(
+                    response, request.method, budget, owner, release, started, send, may_resend
+                )
             except StreamIdleTimeout:  # raised only when it may be sent again
                 _resent(send, "no first event", budget)
 
@@ -315,6 +318,7 @@ class HTTPXTransport(_Base):
     def _guarded(
         self,
         response: Any,
+        method: str,
         budget: Budget,
         owner: Budget,
         release: Callable[[], None],
@@ -330,30 +334,21 @@ class HTTPXTransport(_Base):
         unchanged; a silent stream that may be sent again raises
         StreamIdleTimeout here.
         """
-        inner = response.stream
-        pieces = iter(inner)
         shutter = Shutter(budget, socket_of(response))
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
-
-        def let_go() -> None:  # in the reader thread, when the source ends
-            shutter.release()
-            close = getattr(pieces, "close", None)
-            if close is not None:
-                close()
-            inner.close()
-
         watch = EventWatch()
         first = None
         if self._first is not None:
             first = max(_FLOOR, self._first - (time.monotonic() - started))
-        with using_budget(budget):
-            guarded = guard_stream(
-                event_source(pieces, framer, watch, let_go),
-                idle_timeout=off(self._idle),
-                first_item_timeout=off(first),
-                on_timeout=shutter.shut,
-            )
+        with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the shared reader
+            fed = fed_events(response, method, self._lib, framer, watch, shutter, self._idle, first)
+            if fed is None:
+                threaded = threaded_events(
+                    response.stream, framer, watch, shutter, self._idle, first
+                )
+                fed = threaded, _noop
+        guarded, close_connection = fed
         items = iter(guarded)
         failure: Optional[Exception] = None
         head = None
@@ -361,6 +356,7 @@ class HTTPXTransport(_Base):
             head = next(items, None)
         except Exception as exc:
             guarded.close()
+            close_connection()
             failure = exc
             if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
                 if may_resend:
@@ -368,8 +364,16 @@ class HTTPXTransport(_Base):
                 failure = self._first_event_error(send, time.monotonic() - started)
         except BaseException:
             guarded.close()
+            close_connection()
             raise
-        response.stream = self._event_body(head, items, guarded, owner, release, failure)
+
+        def let_go() -> None:
+            try:
+                close_connection()
+            finally:
+                release()
+
+        response.stream = self._event_body(head, items, guarded, owner, let_go, failure)
         response.stream.watch = watch  # did the terminal event come (the call's end says so)
         return response
 
