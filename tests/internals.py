@@ -36,7 +36,7 @@ from watchdog_sync._transport.httpx_call import request_model
 from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
 from watchdog_sync._transport.sse import SSEStream
 from watchdog_sync._transport.sse_feed import _FramedSSEClient, _http_response
-from watchdog_sync._transport.stream import DEFAULT_MAX_BUFFERED
+from watchdog_sync._transport.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
 
 
 def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> Iterator[bytes]:
@@ -60,6 +60,14 @@ def buffered_events(stream: SSEStream) -> int:
     return len(guarded._channel._buf)
 
 
+def buffered_body_events(response: Any) -> int:
+    """How many events wait for their consumer in the guarded body of an httpx ``response``."""
+    body = response.stream
+    body = getattr(body, "_stream", body)  # under httpx's BoundSyncStream
+    body = getattr(body, "_inner", body)  # under the call's MarkedBody, when observed
+    return len(body._guarded._channel._buf)
+
+
 __all__ = [
     "DEFAULT_MAX_BUFFERED",
     "HEADER_DEADLINE",
@@ -67,6 +75,7 @@ __all__ = [
     "MAX_LAYERS",
     "MONOTONIC",
     "MAX_RESPONSE_BYTES",
+    "READER_THREAD_NAME",
     "SCENARIOS",
     "SHARED_READER_THREAD_NAME",
     "FramingDecoder",
@@ -80,6 +89,7 @@ __all__ = [
     "_Loop",
     "_chunks",
     "body_pieces",
+    "buffered_body_events",
     "buffered_events",
     "clip_timeout",
     "config_module",

@@ -1,0 +1,358 @@
+"""HTTPXTransport's HTTP/1.1 event streams on the shared reader: every byte arrives, nothing
+waits on a thread of its own, and the connection is closed, never pooled, whatever ends it."""
+
+from __future__ import annotations
+
+import gc
+import json
+import socket
+import ssl
+import threading
+import time
+from typing import Any, Callable, Iterator, List
+
+import anthropic
+import httpx2
+import openai
+import pytest
+import trustme
+
+import watchdog_sync as ws
+from watchdog_sync.testing import FaultGateway
+
+from .internals import (
+    DEFAULT_MAX_BUFFERED,
+    READER_THREAD_NAME,
+    SHARED_READER_THREAD_NAME,
+    buffered_body_events,
+)
+from .rawserver import (
+    RawServer,
+    end_body,
+    read_request_head,
+    send_body_piece,
+    send_sse_head,
+    wait_for_disconnect,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+KEY = "sk-test-0123456789abcdef"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def event(n: int, pad: int = 0) -> bytes:
+    return b'data: {"n": %d, "pad": "%s"}\n\n' % (n, b"x" * pad)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+def numbers(body: bytes) -> List[int]:
+    return [json.loads(e[len(b"data: ") :])["n"] for e in body.split(b"\n\n") if e]
+
+
+def wait_for(predicate: Callable[[], bool], limit: float = 5.0) -> bool:
+    give_up = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def ours() -> List[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("watchdog_sync")]
+
+
+def on_the_shared_reader() -> bool:
+    """The open stream is read by the shared reader, not by a reader thread of its own."""
+    names = ours()
+    return READER_THREAD_NAME not in names and SHARED_READER_THREAD_NAME in names
+
+
+@pytest.fixture
+def client() -> Iterator[httpx2.Client]:
+    with ws.httpx_client(idle_timeout=5) as made:
+        yield made
+
+
+def stream(client: httpx2.Client, url: str) -> Any:
+    return client.stream("POST", url, json={"stream": True})
+
+
+def test_events_that_arrived_with_the_headers_are_taken_from_h11s_buffer(
+    client: httpx2.Client,
+) -> None:
+    """Bytes httpcore read with the headers (in h11's buffer, not the socket) are delivered
+    although the socket never becomes readable again."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        conn.sendall(HEAD + b"".join(chunk(event(n)) for n in range(3)))  # one segment
+        wait_for_disconnect(conn, stop)
+
+    with RawServer(handler) as server, stream(client, server.url) as response:
+        pieces = response.iter_bytes()
+        got = [next(pieces) for _ in range(3)]
+        assert on_the_shared_reader()
+    assert numbers(b"".join(got)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("size", [1, 2, 7])
+def test_chunked_framing_split_anywhere_arrives_byte_for_byte(
+    client: httpx2.Client, size: int
+) -> None:
+    """Chunk-size lines, data and CRLFs cut at every place: httpx gets the events unchanged."""
+    events = b": hello\n\n" + b"".join(event(n) for n in range(4))
+    body = chunk(events[:5]) + chunk(events[5:]) + b"0\r\n\r\n"
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(HEAD)
+        for i in range(0, len(body), size):
+            conn.sendall(body[i : i + size])
+            stop.wait(0.0005)  # the scenario: each piece its own segment
+
+    with RawServer(handler) as server, stream(client, server.url) as response:
+        pieces = response.iter_bytes()
+        got = [next(pieces)]
+        assert on_the_shared_reader()
+        got.extend(pieces)
+    assert b"".join(got) == events
+
+
+@pytest.mark.parametrize("framing", ["sized", "close-delimited"])
+def test_sized_and_close_delimited_bodies_end_cleanly(client: httpx2.Client, framing: str) -> None:
+    body = b"".join(event(n) for n in range(5))
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        length = f"Content-Length: {len(body)}\r\n" if framing == "sized" else ""
+        conn.sendall(
+            f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n{length}"
+            "Connection: close\r\n\r\n".encode()
+        )
+        for n in range(5):
+            conn.sendall(event(n))
+            stop.wait(0.01)
+
+    with RawServer(handler) as server, stream(client, server.url) as response:
+        assert b"".join(response.iter_bytes()) == body
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        (chunk(event(1))[:-4], "message body"),  # cut inside a chunk
+        (b"zz\r\n", "chunk"),  # a chunk-size line that is no number
+    ],
+)
+def test_a_cut_or_malformed_chunked_body_is_httpxs_remote_protocol_error(
+    client: httpx2.Client, tail: bytes, message: str
+) -> None:
+    """As httpcore says it: the SDKs classify httpx's own error types."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        conn.sendall(HEAD + chunk(event(0)))
+        stop.wait(0.05)
+        conn.sendall(tail)  # then the server closes the connection
+
+    got: List[bytes] = []
+    server = RawServer(handler)
+    with server, pytest.raises(httpx2.RemoteProtocolError) as info, stream(client, server.url) as r:
+        got.extend(r.iter_bytes())
+    assert numbers(b"".join(got)) == [0]
+    assert message in str(info.value)
+
+
+def test_tls_bursts_larger_than_one_turn_arrive_whole_and_in_order() -> None:
+    """Over TLS (an ssl.SSLSocket under httpcore), a burst the reader cannot take in one
+    turn (decrypted bytes pending in the SSL object, invisible to select) arrives whole."""
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    authority.configure_trust(client_context)
+    count = 400  # about 1 KiB each: more than the reader takes from one socket per turn
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        conn.sendall(HEAD + b"".join(chunk(event(n, 1000)) for n in range(count)))
+        end_body(conn)
+
+    tls = ws.httpx_client(idle_timeout=5, verify=client_context)
+    with RawServer(handler, tls=server_context) as server, tls, stream(tls, server.url) as r:
+        pieces = r.iter_bytes()
+        got = [next(pieces)]
+        assert on_the_shared_reader()
+        got.extend(pieces)
+    assert numbers(b"".join(got)) == list(range(count))
+
+
+def test_a_consumer_that_stops_reading_pauses_its_socket_and_memory_stays_bounded(
+    client: httpx2.Client,
+) -> None:
+    """A fast server and a consumer that stops: the buffer fills to its bound (plus at most
+    one read's events), then everything arrives once the consumer drains."""
+    count = 20000
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        conn.settimeout(10)
+        for n in range(count):
+            send_body_piece(conn, event(n))
+        end_body(conn)
+
+    one_read = 65536 // len(event(0)) + 1
+    with RawServer(handler) as server, stream(client, server.url) as response:
+        pieces = response.iter_bytes()
+        got = [next(pieces)]
+        assert wait_for(lambda: buffered_body_events(response) >= DEFAULT_MAX_BUFFERED)
+        time.sleep(0.2)  # the scenario: the consumer stays away while the server could send
+        assert buffered_body_events(response) <= DEFAULT_MAX_BUFFERED + one_read
+        got.extend(pieces)
+    assert numbers(b"".join(got)) == list(range(count))
+
+
+def test_a_consumer_that_closes_early_closes_the_connection_at_once(
+    client: httpx2.Client,
+) -> None:
+    """Closing the response after one event: the server sees the connection go, the shared
+    reader lets the socket go (the leak check: no descriptor left) and exits."""
+    gone: List[bool] = []
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0))
+        gone.append(wait_for_disconnect(conn, stop))
+
+    with RawServer(handler) as server:
+        with stream(client, server.url) as response:
+            assert numbers(next(response.iter_bytes())) == [0]
+        assert wait_for(lambda: bool(gone), 2) and gone == [True]
+    assert wait_for(lambda: SHARED_READER_THREAD_NAME not in ours(), 2)
+
+
+def test_a_response_dropped_without_close_releases_its_connection(
+    client: httpx2.Client,
+) -> None:
+    """``break`` and drop the response: collected, its stream stops, the connection closes."""
+    gone: List[bool] = []
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        for n in range(3):
+            send_body_piece(conn, event(n))
+        gone.append(wait_for_disconnect(conn, stop))
+
+    with RawServer(handler) as server:
+        response = client.send(client.build_request("GET", server.url), stream=True)
+        for _ in response.iter_bytes():
+            break
+        del response
+        gc.collect()
+        assert wait_for(lambda: bool(gone), 3) and gone == [True]
+
+
+def test_the_deadline_shuts_a_paused_stream_from_outside(client: httpx2.Client) -> None:
+    """The consumer stopped reading (socket paused) when the budget ends: the socket is shut
+    from outside and the connection ends at the deadline; the caller gets DeadlineExceeded."""
+    gone: List[float] = []
+    flood = b"".join(chunk(event(n)) for n in range(100))
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        conn.settimeout(0.05)
+        view = memoryview(flood)
+        while not stop.is_set():
+            try:
+                view = view[conn.send(view) :] or memoryview(flood)
+            except socket.timeout:
+                continue  # the client's window is full: it paused
+            except OSError:
+                gone.append(time.monotonic())
+                return
+
+    with RawServer(handler) as server:
+        started = time.monotonic()
+        deadline = ws.deadline(0.6)
+        with pytest.raises(ws.DeadlineExceeded), deadline, stream(client, server.url) as response:
+            pieces = response.iter_bytes()
+            next(pieces)
+            assert wait_for(lambda: buffered_body_events(response) >= DEFAULT_MAX_BUFFERED)
+            assert wait_for(lambda: bool(gone), 5)  # the consumer does not come back before
+            list(pieces)
+        assert 0.5 <= gone[0] - started < 2.0
+
+
+def test_a_client_closed_while_its_stream_is_read_raises_httpxs_read_error() -> None:
+    """``client.close()`` closes the pool's connections, ours among them: the stream's next
+    read raises httpx's ReadError (as without the transport) and no descriptor is left."""
+    release = threading.Event()
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0))
+        release.wait(5)
+        send_body_piece(conn, event(1))
+        wait_for_disconnect(conn, stop)
+
+    client = ws.httpx_client(idle_timeout=5)
+    with RawServer(handler) as server, stream(client, server.url) as response:
+        pieces = response.iter_bytes()
+        assert numbers(next(pieces)) == [0]
+        client.close()
+        release.set()
+        with pytest.raises(httpx2.ReadError):
+            list(pieces)
+
+
+def test_an_event_stream_connection_never_goes_back_to_the_pool(client: httpx2.Client) -> None:
+    """Read to its end, the stream's connection is closed (h11 never saw the body), so the
+    next request opens a new one: no connection returns to the pool in an unknown state."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        for n in range(2):  # two requests on this connection, if the client reused it
+            if not read_request_head(conn):
+                return
+            conn.sendall(HEAD + chunk(event(n)) + b"0\r\n\r\n")
+
+    with RawServer(handler) as server:
+        for _ in range(2):
+            with stream(client, server.url) as response:
+                assert numbers(b"".join(response.iter_bytes())) == [0]
+        assert server.accepted == 2
+
+
+def open_sdk_stream(api: str, base: str, http: httpx2.Client) -> Any:
+    if api == "openai":
+        sdk: Any = openai.OpenAI(base_url=base, api_key=KEY, http_client=http, max_retries=0)
+        return sdk.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    sdk = anthropic.Anthropic(base_url=base, api_key=KEY, http_client=http, max_retries=0)
+    return sdk.messages.create(model="m", max_tokens=16, messages=MESSAGES, stream=True)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_concurrent_sdk_streams_add_no_thread_each(fault_gateway: FaultGateway, api: str) -> None:
+    """Twenty SDK streams open at once through httpx_client(): one shared reader, no reader
+    thread per stream, and every stream arrives whole."""
+    count = 20
+    base = fault_gateway.base_url("ok", api=api, chunks=30, interval=0.05)
+    with ws.httpx_client(idle_timeout=5) as http, ws.deadline(20):
+        streams = [iter(open_sdk_stream(api, base, http)) for _ in range(count)]
+        firsts = [next(s) for s in streams]
+        names = ours()
+        rest = [list(s) for s in streams]
+    assert READER_THREAD_NAME not in names
+    assert names.count(SHARED_READER_THREAD_NAME) == 1
+    assert len(firsts) == count and len({len(r) for r in rest}) == 1 and rest[0]
