@@ -141,7 +141,11 @@ def test_sized_and_close_delimited_bodies_end_cleanly(client: httpx2.Client, fra
             stop.wait(0.01)
 
     with RawServer(handler) as server, stream(client, server.url) as response:
-        assert b"".join(response.iter_bytes()) == body
+        pieces = response.iter_bytes()
+        got = [next(pieces)]
+        assert on_the_shared_reader()  # also with Connection: close (h11 says MUST_CLOSE)
+        got.extend(pieces)
+    assert b"".join(got) == body
 
 
 @pytest.mark.parametrize(

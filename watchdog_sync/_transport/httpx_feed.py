@@ -119,7 +119,7 @@ def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, byt
         type(network) is not sync_stream
         or getattr(connection, "_network_stream", None) is not network
         or not isinstance(state, h11.Connection)
-        or state.our_state is not h11.DONE  # the request went out whole
+        or state.our_state not in (h11.DONE, h11.MUST_CLOSE)  # the request went out whole
         or state.their_state is not h11.SEND_BODY  # and no byte of the body was parsed
     ):
         return None
