@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Iterator, List
 
 import anthropic
+import httpx
 import httpx2
 import openai
 import pytest
@@ -79,7 +80,7 @@ def client() -> Iterator[httpx2.Client]:
         yield made
 
 
-def stream(client: httpx2.Client, url: str) -> Any:
+def stream(client: Any, url: str) -> Any:
     return client.stream("POST", url, json={"stream": True})
 
 
@@ -336,6 +337,45 @@ def test_an_event_stream_connection_never_goes_back_to_the_pool(client: httpx2.C
             with stream(client, server.url) as response:
                 assert numbers(b"".join(response.iter_bytes())) == [0]
         assert server.accepted == 2
+
+
+def test_an_httpx_028_client_reads_on_the_shared_reader_too() -> None:
+    """httpx over httpcore 1.x has the same shape as httpx2 over httpcore2."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        for n in range(3):
+            send_body_piece(conn, event(n))
+            stop.wait(0.01)
+        end_body(conn)
+
+    legacy = httpx.Client(transport=ws.HTTPXTransport(httpx.HTTPTransport(), idle_timeout=5))
+    with RawServer(handler) as server, legacy, stream(legacy, server.url) as response:
+        pieces = response.iter_bytes()
+        got = [next(pieces)]
+        assert on_the_shared_reader()
+        got.extend(pieces)
+    assert numbers(b"".join(got)) == [0, 1, 2]
+
+
+def test_a_response_of_another_shape_keeps_a_reader_thread_of_its_own() -> None:
+    """A transport that is not httpcore's (here httpx's MockTransport) has no socket to hand
+    over: its event stream is read by a thread of its own, and still arrives whole."""
+    seen: List[List[str]] = []
+
+    def body() -> Iterator[bytes]:
+        for n in range(3):
+            seen.append(ours())
+            yield event(n)
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body())
+
+    transport = ws.HTTPXTransport(httpx2.MockTransport(answer), idle_timeout=5)
+    with httpx2.Client(transport=transport) as mock, stream(mock, "http://127.0.0.1/") as r:
+        assert numbers(b"".join(r.iter_bytes())) == [0, 1, 2]
+    assert all(READER_THREAD_NAME in names for names in seen)
 
 
 def open_sdk_stream(api: str, base: str, http: httpx2.Client) -> Any:
