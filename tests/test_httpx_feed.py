@@ -299,6 +299,29 @@ def test_the_deadline_shuts_a_paused_stream_from_outside(client: httpx2.Client) 
         assert 0.5 <= gone[0] - started < 2.0
 
 
+def test_a_socket_shut_from_outside_while_the_reader_watches_it_ends_the_stream_at_once(
+    client: httpx2.Client,
+) -> None:
+    """Someone else shuts the socket the shared reader waits on: the reader sees the end
+    now (not at the 5 s idle limit) and it is a cut body, httpx's RemoteProtocolError."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0))
+        wait_for_disconnect(conn, stop)
+
+    with RawServer(handler) as server, stream(client, server.url) as response:
+        pieces = response.iter_bytes()
+        assert numbers(next(pieces)) == [0]
+        sock = response.extensions["network_stream"].get_extra_info("socket")
+        started = time.monotonic()
+        sock.shutdown(socket.SHUT_RDWR)
+        with pytest.raises(httpx2.RemoteProtocolError):
+            list(pieces)
+        assert time.monotonic() - started < 2.0
+
+
 def test_a_client_closed_while_its_stream_is_read_raises_httpxs_read_error() -> None:
     """``client.close()`` closes the pool's connections, ours among them: the stream's next
     read raises httpx's ReadError (as without the transport) and no descriptor is left."""
