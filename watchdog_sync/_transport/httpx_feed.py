@@ -22,8 +22,12 @@ reader has let it go, so that a close from another thread (the caller's, or
 ``client.close()``) never takes the descriptor from under the selector; a
 stream whose client was closed raises httpx's ``ReadError`` at its next read.
 
+The connection is closed by the caller's ``close()`` or, when the body ends or
+fails first, by the shared reader (httpcore's ``response_closed`` trace then runs
+on that thread, as it ran on the stream's reader thread before).
+
 On timeout or cancel: the stream's idle limit, the budget's end and ``close()``
-shut the socket from outside; the shared reader then closes the connection.
+shut the socket from outside; the shared reader sees the end and lets it go.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ __all__ = ["fed_events"]
 _log = logging.getLogger("watchdog_sync")
 _CORES = {"httpx2": "httpcore2", "httpx": "httpcore"}
 _HTTP1 = (b"HTTP/1.1", b"HTTP/1.0")
-_CLASSES: Dict[str, Optional[Tuple[type, ...]]] = {}
+_CLASSES: Dict[str, Optional[Tuple[Any, ...]]] = {}
 _CLASSES_LOCK = threading.Lock()
 
 
