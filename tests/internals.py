@@ -24,6 +24,7 @@ from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
+from watchdog_sync._transport import engine as engine_module
 from watchdog_sync._transport.body import FramingDecoder, body_pieces
 from watchdog_sync._transport.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
 from watchdog_sync._transport.engine import SHARED_READER_THREAD_NAME
@@ -96,6 +97,7 @@ __all__ = [
     "context_with_fields",
     "default_policy",
     "emit",
+    "engine_module",
     "entry_scope",
     "env_int",
     "env_seconds",

@@ -25,6 +25,7 @@ from .internals import (
     FedChannel,
     FramingDecoder,
     buffered_events,
+    engine_module,
     fed_stream,
 )
 from .rawserver import (
@@ -183,6 +184,54 @@ def test_a_buffer_that_filled_while_the_consumer_waited_resumes_its_feeder_at_th
         assert list(stream) == [1, 2, 3, 4]
     finally:
         consumer.join(5)
+
+
+def test_a_socket_closed_from_outside_ends_its_stream_and_frees_its_number_for_the_next() -> None:
+    """A watched socket closed behind the reader's back (the kernel forgets it, the selector
+    does not) and its number given to a new stream's socket: the old stream ends with an
+    error, the new one is served, and the reader lives on."""
+    ended: List[object] = []
+    got: List[bytes] = []
+
+    def feed_of(sock: socket.socket, name: str) -> object:
+        def take(data: bytes) -> bool:
+            got.append(data)
+            return True
+
+        def end(error: object, eof: bool) -> None:
+            ended.append((name, type(error).__name__))
+
+        return engine_module.Feed(sock, take, end, lambda: None)
+
+    old, old_peer = socket.socketpair()
+    old.setblocking(False)
+    feed = feed_of(old, "old")
+    engine_module.add(feed)  # type: ignore[arg-type]
+    spare: List[socket.socket] = []
+    new = new_peer = None
+    try:
+        assert wait_for(lambda: feed.watched)  # type: ignore[attr-defined]
+        number = old.fileno()
+        os.close(old.detach())  # closed from outside: the selector still maps the number
+        for _ in range(64):  # the next socket with that number (the lowest free one, usually)
+            a, b = socket.socketpair()
+            if a.fileno() == number:
+                new, new_peer = a, b
+                break
+            spare += [a, b]
+        assert new is not None and new_peer is not None
+        new.setblocking(False)
+        engine_module.add(feed_of(new, "new"))  # type: ignore[arg-type]
+        new_peer.sendall(b"hello")
+        assert wait_for(lambda: got == [b"hello"])
+        assert ended == [("old", "OSError")]
+        new_peer.close()
+        assert wait_for(lambda: len(ended) == 2) and ended[1][0] == "new"
+    finally:
+        for sock in [old_peer, new, new_peer, *spare]:
+            if sock is not None:
+                sock.close()
+    assert wait_for(lambda: not shared_readers(), 2)
 
 
 def test_a_consumer_that_breaks_releases_the_connection() -> None:

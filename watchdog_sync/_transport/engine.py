@@ -17,6 +17,7 @@ ready list and is served again without waiting.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import selectors
@@ -165,11 +166,27 @@ class _Reader:
         if feed.watched:
             return
         try:
-            self._selector.register(feed.sock, selectors.EVENT_READ, feed)
-        except (OSError, ValueError) as exc:  # closed from outside
+            try:
+                self._selector.register(feed.sock, selectors.EVENT_READ, feed)
+            except KeyError:  # its number is still another's, whose socket was closed
+                self._drop_stale(feed.sock.fileno())
+                self._selector.register(feed.sock, selectors.EVENT_READ, feed)
+        except (OSError, ValueError, KeyError) as exc:  # closed from outside
             self._finish(feed, exc)
             return
         feed.watched = True
+
+    def _drop_stale(self, fd: int) -> None:
+        """End the stream still registered under ``fd``: its socket was closed from outside
+        (the kernel forgot it, the selector did not), and the number now belongs to another."""
+        key = self._selector.get_map().get(fd)
+        if key is None or key.data is None:  # None: the reader's own wake-up socket
+            return
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(fd)
+        stale: Feed = key.data
+        stale.watched = False
+        self._finish(stale, OSError(errno.EBADF, "the stream's socket was closed from outside"))
 
     def _unwatch(self, feed: Feed) -> None:
         if feed.watched:
