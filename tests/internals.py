@@ -37,6 +37,7 @@ from watchdog_sync._transport.httpx_call import request_model
 from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
 from watchdog_sync._transport.sse import SSEStream
 from watchdog_sync._transport.sse_feed import _FramedSSEClient, _http_response
+from watchdog_sync._transport.sse_feed import _parse as parse_events
 from watchdog_sync._transport.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
 
 
@@ -104,6 +105,7 @@ __all__ = [
     "event_fields",
     "excerpt",
     "fed_stream",
+    "parse_events",
     "parse_retry_after",
     "request_model",
     "run_demo",

@@ -15,6 +15,7 @@ last event ID across events, ignores an ``id`` containing NUL and keeps
 from __future__ import annotations
 
 import http.client
+import logging
 import re
 import socket
 import threading
@@ -30,7 +31,7 @@ from hypothesis import strategies as st
 import watchdog_sync as ws
 from watchdog_sync import SSEStream, stream_sse
 
-from .internals import EventFramer, _chunks, _FramedSSEClient
+from .internals import EventFramer, _chunks, _FramedSSEClient, parse_events
 from .rawserver import RawServer, read_request_head, send_sse_head, wait_for_disconnect
 
 pytestmark = pytest.mark.timeout(60)
@@ -98,7 +99,8 @@ class _Reads:
 def framed_parse(
     pieces: Sequence[bytes], max_event_bytes: int = 1 << 20, into: Optional[List[Parsed]] = None
 ) -> Tuple[List[Parsed], bool]:
-    """What stream_sse's reader thread does with these reads: framer, then sseclient-py.
+    """What stream_sse's shared reader does with these reads: framer, then the parse of
+    each event (sseclient-py's, or the same made directly for a one-line ``data:`` event).
 
     Events go to ``into`` as they are parsed, so a caller still has them after an error.
     """
@@ -109,8 +111,10 @@ def framed_parse(
     stream = SSEStream()
     chunks = _chunks(response, EventFramer(max_event_bytes), lambda: stream, ws.Budget())
     parsed = [] if into is None else into
-    for e in _FramedSSEClient(chunks).events():
-        parsed.append((e.id, e.event, e.data, e.retry))
+    client = _FramedSSEClient(iter(()))
+    for chunk in chunks:
+        for e in parse_events(client, [chunk]):
+            parsed.append((e.id, e.event, e.data, e.retry))
     return parsed, stream.truncated
 
 
@@ -195,6 +199,50 @@ def test_any_split_of_a_random_stream_gives_the_reference_events(
 @given(sse_bodies())
 def test_the_whole_body_in_one_read_gives_the_reference_events(body: bytes) -> None:
     assert framed_parse([body]) == reference_parse(body)
+
+
+def _sseclient_or_error(raw: bytes) -> object:
+    try:
+        return [(e.id, e.event, e.data, e.retry) for e in _FramedSSEClient(iter([raw])).events()]
+    except UnicodeDecodeError as exc:
+        return ("UnicodeDecodeError", str(exc))
+
+
+def _parsed_or_error(raw: bytes) -> object:
+    try:
+        return [
+            (e.id, e.event, e.data, e.retry)
+            for e in parse_events(_FramedSSEClient(iter(())), [raw])
+        ]
+    except UnicodeDecodeError as exc:
+        return ("UnicodeDecodeError", str(exc))
+
+
+_framed_events = st.one_of(
+    st.binary(max_size=40).map(lambda b: b"data:" + b.replace(b"\n", b"").replace(b"\r", b"")),
+    st.binary(max_size=40).map(lambda b: b"data: " + b.replace(b"\r", b"")),
+    st.sampled_from([b"data", b"data:", b"data: ", b"data:  x", b":data: x", b"event: x\ndata: y"]),
+    st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"")),
+).map(lambda body: body.rstrip(b"\n") + b"\n\n")  # as the framer hands them on
+
+
+@settings(max_examples=500, deadline=None)
+@given(_framed_events)
+def test_the_direct_parse_of_a_data_line_is_sseclients_parse(raw: bytes) -> None:
+    """A one-line ``data:`` event made without sseclient-py's generators is the event (or the
+    UnicodeDecodeError) sseclient-py makes of it; any other event is sseclient-py's own."""
+    assert _parsed_or_error(raw) == _sseclient_or_error(raw)
+
+
+def test_with_the_parsers_debug_log_on_every_event_goes_through_sseclient(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """sseclient-py logs each event it dispatches at DEBUG: with that log on, it still does."""
+    client = _FramedSSEClient(iter(()))
+    with caplog.at_level(logging.DEBUG, logger=client._logger.name):
+        events = parse_events(client, [b"data: a\n\n", b"data: b\n\n"])
+    assert [e.data for e in events] == ["a", "b"]
+    assert sum("Dispatching" in r.getMessage() for r in caplog.records) == 2
 
 
 @pytest.mark.parametrize(

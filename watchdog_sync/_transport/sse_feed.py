@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import logging
 import ssl
 import time
 from typing import Any, Callable, Iterator, List, Mapping, Optional
@@ -47,6 +48,36 @@ class _FramedSSEClient(sseclient.SSEClient):
 
     def _read(self) -> Iterator[bytes]:
         return self._event_source
+
+
+_PARSER_LOG = logging.getLogger(_FramedSSEClient.__module__)  # sseclient-py's, for our client
+
+
+def _parse(client: _FramedSSEClient, framed: List[bytes]) -> List[sseclient.Event]:
+    """The ``sseclient.Event`` of each framed event, as sseclient-py parses it.
+
+    An event of one ``data:`` line (what chat APIs send) is made here, as sseclient
+    makes it (the line decoded as UTF-8, one leading space dropped), without its
+    generators; any other event, and every event while sseclient's DEBUG log is
+    on (it logs each one), goes through sseclient.
+
+    Raises:
+        UnicodeDecodeError: an event is not valid UTF-8.
+    """
+    if _PARSER_LOG.isEnabledFor(logging.DEBUG):
+        client._event_source = iter(framed)
+        return list(client.events())
+    events: List[sseclient.Event] = []
+    for raw in framed:  # each ends with b"\n\n", its line endings made b"\n" by the framer
+        if raw.startswith(b"data:") and raw.find(b"\n") == len(raw) - 2:
+            value = raw[:-2].decode("utf-8")[5:]
+            made = sseclient.Event()
+            made.data = value[1:] if value[:1] == " " else value
+            events.append(made)
+        else:
+            client._event_source = iter((raw,))
+            events.extend(client.events())
+    return events
 
 
 def _check_response(response: requests.Response, method: str, translator: Translator) -> None:
@@ -177,10 +208,9 @@ def opener(
                     raise errors.error(exc) from exc
                 events: List[Any] = []
                 if payload:
-                    client._event_source = iter(framer.feed(payload))
                     try:
-                        events = list(client.events())
-                    except UnicodeDecodeError as exc:  # sseclient decodes each event
+                        events = _parse(client, framer.feed(payload))
+                    except UnicodeDecodeError as exc:
                         raise errors.error(exc) from exc
                 room = channel.offer(events) if events else True
                 framer.check()
