@@ -6,8 +6,10 @@ import http.client
 from typing import List
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from .internals import body_pieces
+from .internals import FramingDecoder, body_pieces
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -82,3 +84,39 @@ def test_a_response_without_a_body_yields_nothing() -> None:
     response = _response([], chunked=False)
     response.fp = None  # type: ignore[assignment]
     assert list(body_pieces(response)) == []
+
+
+def _decoded(reads: List[bytes]) -> object:
+    """Each read's payload through one decoder, then whether it is done, or the error."""
+    decoder = FramingDecoder(chunked=True, length=None)
+    try:
+        return [decoder.feed(read) for read in reads], decoder.done
+    except http.client.HTTPException as exc:
+        return type(exc).__name__, str(exc)
+
+
+_size_lines = st.one_of(
+    st.integers(0, 80).map(lambda n: b"%x" % n),
+    st.sampled_from([b"5;ext=1", b" 5 ", b"5\r", b"-5", b"zz", b"0x5", b"5_0", b""]),
+    st.binary(max_size=6).filter(lambda b: b"\n" not in b),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_size_lines, st.binary(max_size=90), st.sampled_from([b"\r\n", b"\n", b"xx", b""]))
+def test_a_read_of_one_whole_chunk_decodes_as_the_same_bytes_read_one_by_one(
+    size_line: bytes, data: bytes, tail: bytes
+) -> None:
+    """The shortcut for a read that is exactly one chunk (an event stream's usual read) gives
+    the payload, the state after it (the next chunk decodes alike) and the errors that the
+    byte-at-a-time decoding gives."""
+    read = size_line + b"\n" + data + tail
+    following = b"3\r\nabc\r\n"
+    whole = _decoded([read, following])
+    one_by_one = _decoded([read[i : i + 1] for i in range(len(read))] + [following])
+    if isinstance(whole, tuple) and isinstance(whole[0], list):
+        assert isinstance(one_by_one, tuple) and isinstance(one_by_one[0], list)
+        assert b"".join(whole[0]) == b"".join(one_by_one[0])
+        assert whole[1] == one_by_one[1]
+    else:
+        assert whole == one_by_one

@@ -57,6 +57,10 @@ class FramingDecoder:
             self._left -= len(data)
             self.done = self._left == 0
             return data
+        if not (self._buffer or self._chunk_left or self._need_crlf):
+            whole = _whole_chunk(data)
+            if whole is not None:
+                return whole
         buf = self._buffer + data if self._buffer else data
         pos, end_of = 0, len(buf)
         chunk_left, need_crlf = self._chunk_left, self._need_crlf
@@ -112,6 +116,23 @@ class FramingDecoder:
             return
         left = self._chunk_left if self._chunked else self._left
         raise http.client.IncompleteRead(b"", left)
+
+
+def _whole_chunk(data: bytes) -> Optional[bytes]:
+    """The data of ``data`` if it is exactly one whole, non-empty chunk (size line, data,
+    CRLF), the common read of an event stream; else ``None`` (the general loop decides,
+    and raises what is malformed). The same result and state as the loop's."""
+    end = data.find(b"\n")
+    if end < 0:
+        return None
+    try:
+        size = int(data[:end].split(b";", 1)[0].strip(), 16)
+    except ValueError:
+        return None
+    start = end + 1
+    if size <= 0 or len(data) != start + size + 2 or not data.endswith(b"\r\n"):
+        return None
+    return data[start : start + size]
 
 
 def decoder_for(response: http.client.HTTPResponse) -> FramingDecoder:
