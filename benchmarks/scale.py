@@ -9,7 +9,9 @@ server's ``time.monotonic()`` at sending (both processes read the same
 CLOCK_MONOTONIC on Linux). For each N, a fresh client process opens N streams at
 once from a thread pool, once with ``stream_sse`` and once with plain
 ``requests`` + sseclient-py, and reports total events/s, event latency (arrival
-minus send time: median, and each stream's p99), peak threads, and RSS. It
+minus send time: median, and each stream's p99), peak threads, RSS, and (on Linux,
+from the per-thread counters) the CPU of the callers' own threads beside the rest of
+the process and how often a caller's thread went to sleep per event. It
 checks that the guarded streams add at most 5 threads (the shared reader and the
 shared watchdog thread; a per-stream reader thread still counts, so code with one
 per stream fails from N = 5 on). Loopback only; every run has a time limit.
@@ -147,6 +149,25 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _caller_threads() -> Tuple[float, int]:
+    """CPU seconds and voluntary context switches of the pool's threads (the callers), from
+    Linux's per-thread counters; (nan, 0) elsewhere."""
+    seconds, switches = 0.0, 0
+    for thread in threading.enumerate():
+        if not thread.name.startswith("ThreadPoolExecutor") or thread.native_id is None:
+            continue
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
+                seconds += int(stat.read().split()[0]) / 1e9
+            with open(f"/proc/self/task/{thread.native_id}/status") as status:
+                for line in status:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        switches += int(line.split()[1])
+        except OSError:
+            return float("nan"), 0
+    return seconds, switches
+
+
 def _raise_nofile(wanted: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < wanted:
@@ -269,6 +290,7 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=streams) as pool:
         futures = [pool.submit(task) for _ in range(streams)]  # every pool thread now exists
         with _Monitor(threading.active_count() - streams + 1) as monitor:
+            callers_before = _caller_threads()
             start.wait(60)
             started = time.perf_counter()
             cpu_before = _cpu_seconds()
@@ -281,6 +303,7 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
                     errors.append(f"{type(exc).__name__}: {exc}")
             elapsed = time.perf_counter() - started
             cpu = _cpu_seconds() - cpu_before
+            callers_after = _caller_threads()
     all_lags = sorted(lag for lags in results for lag in lags)
     stream_p99 = sorted(_percentile(sorted(lags), 0.99) for lags in results if lags)
     return {
@@ -289,6 +312,11 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
         "elapsed": elapsed,
         "rate": len(all_lags) / elapsed,
         "cpu_us_per_event": cpu / max(1, len(all_lags)) * 1e6,
+        # The callers' own threads, and everything else (shared reader, watchdog, monitor):
+        "caller_cpu_us_per_event": (callers_after[0] - callers_before[0])
+        / max(1, len(all_lags))
+        * 1e6,
+        "caller_switches_per_event": (callers_after[1] - callers_before[1]) / max(1, len(all_lags)),
         "p50": _percentile(all_lags, 0.5),
         "stream_p99_median": _percentile(stream_p99, 0.5),
         "stream_p99_worst": stream_p99[-1] if stream_p99 else float("nan"),
@@ -377,6 +405,7 @@ def main() -> None:
     rows: List[str] = []
     ratios: List[str] = []
     checks: List[str] = []
+    split: List[str] = []
     failed = False
     try:
         for streams in counts:
@@ -403,6 +432,13 @@ def main() -> None:
                 + (f", unexpected {foreign}" if foreign else "")
                 + (": OK" if ok else ": FAILED")
             )
+            for name, runs_ in (("requests + sseclient-py", plain), ("stream_sse", guarded)):
+                callers = _median(runs_, "caller_cpu_us_per_event")
+                split.append(
+                    f"| {streams} | {name} | {callers:.1f} "
+                    f"| {_median(runs_, 'cpu_us_per_event') - callers:.1f} "
+                    f"| {_median(runs_, 'caller_switches_per_event'):.2f} |"
+                )
             ratios.append(
                 f"| {streams} | {_median(guarded, 'rate') / _median(plain, 'rate'):.2f} "
                 f"| {_median(guarded, 'cpu_us_per_event') / _median(plain, 'cpu_us_per_event'):.2f} "
@@ -427,6 +463,16 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- |")
     print("\n".join(ratios))
+    print()
+    print(
+        "Where the CPU goes (Linux's per-thread counters; medians): the callers' threads, the "
+        "rest of the process (shared reader, watchdog, this benchmark's monitor), and how often "
+        "a caller's thread went to sleep"
+    )
+    print()
+    print("| N | client | callers µs/event | rest µs/event | caller sleeps/event |")
+    print("| --- | --- | --- | --- | --- |")
+    print("\n".join(split))
     print()
     print(f"Threads added by the watchdog (at most {_THREADS_ADDED}: shared reader + watchdog):")
     print("\n".join(checks))
