@@ -186,13 +186,10 @@ def _plain(url: str, idle: float) -> _Record:
                 count += 1
         except requests.ConnectionError as exc:  # requests wraps urllib3's ReadTimeoutError
             raised = time.monotonic()
-            cause = exc.args[0] if exc.args else None
-            name = (
-                "read timeout"
-                if isinstance(cause, urllib3.exceptions.ReadTimeoutError)
-                else repr(exc)
+            timed_out = isinstance(
+                exc.args[:1] and exc.args[0], urllib3.exceptions.ReadTimeoutError
             )
-            return count, last, raised, name
+            return count, last, raised, "read timeout" if timed_out else repr(exc)
     return count, last, math.nan, "ended without a timeout"
 
 
@@ -344,15 +341,11 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--streams", default="1,10,100,300", help="values of N (default 1,10,100,300)"
-    )
+    parser.add_argument("--streams", default="1,10,100,300", help="values of N (1,10,100,300)")
     parser.add_argument("--idle", type=float, default=0.5, help="the idle limit I, seconds (0.5)")
     parser.add_argument("--events", type=int, default=3, help="events before the silence (3)")
     parser.add_argument("--gap", type=float, default=0.01, help="seconds between them (0.01)")
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="fresh processes per N and client (3)"
-    )
+    parser.add_argument("--rounds", type=int, default=3, help="processes per N and client (3)")
     parser.add_argument(
         "--samples", type=int, default=120, help="at least this many streams per N and client (120)"
     )
