@@ -110,6 +110,7 @@ __all__ = [
     "request_model",
     "run_demo",
     "sample_preload_module",
+    "shared_reader_lock",
     "stream_error",
     "suggest_idle_timeout",
     "UnknownEncoding",
@@ -118,3 +119,8 @@ __all__ = [
     "validate_duration",
     "with_fields",
 ]
+
+
+def shared_reader_lock() -> Any:
+    """The lock that starts and stops the shared reader (``with shared_reader_lock(): ...``)."""
+    return engine_module._lock

@@ -16,6 +16,7 @@ ready list and is served again without waiting.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging
@@ -24,7 +25,7 @@ import selectors
 import socket
 import ssl
 import threading
-from typing import Any, Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, List, Optional, Set, Tuple
 
 from .._core.errors import Cancelled
 
@@ -74,7 +75,7 @@ class _Reader:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._ops: List[Tuple[str, Feed]] = []
+        self._ops: Deque[Tuple[str, Feed]] = collections.deque()  # appended anywhere, popped here
         self._feeds: Set[Feed] = set()
         self._ready: Set[Feed] = set()
         self._thread = threading.Thread(
@@ -82,7 +83,7 @@ class _Reader:
         )
 
     def post(self, op: str, feed: Feed) -> None:
-        """With ``_lock`` held."""
+        """From any thread (``deque.append`` needs no lock): queue ``op`` and wake the reader."""
         self._ops.append((op, feed))
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
@@ -112,8 +113,9 @@ class _Reader:
                     self._wake_r.recv(4096)
             else:
                 self._ready.add(key.data)
-        with _lock:
-            ops, self._ops = self._ops, []
+        ops: List[Tuple[str, Feed]] = []
+        while self._ops:  # only this thread pops; an op appended meanwhile also sent a wake-up
+            ops.append(self._ops.popleft())
         for op, feed in ops:
             if op == "add":
                 self._feeds.add(feed)
@@ -219,11 +221,15 @@ def add(feed: Feed) -> None:
 
 
 def kick(feed: Feed) -> None:
-    """Serve ``feed`` again: it was paused (room again) or its socket was shut."""
-    with _lock:
-        reader = _reader
-        if reader is not None:
-            reader.post("resume", feed)
+    """Serve ``feed`` again: it was paused (room again) or its socket was shut.
+
+    Without ``_lock``: N consumers whose idle limits end together would queue on it, each
+    handing it on only once it has the GIL back. A kick that reaches a reader on its way
+    out is dropped, which is harmless: a reader exits only once it has no feed left.
+    """
+    reader = _reader
+    if reader is not None:
+        reader.post("resume", feed)
 
 
 def _after_fork_in_child() -> None:
