@@ -5,7 +5,7 @@ environment parsers, ...) import them from here, never from a private module
 path, so that moving a module inside the package changes this file only.
 """
 
-from typing import Any, Iterator
+from typing import Any, Iterator, List
 
 from watchdog_sync._chat.complete import MAX_RESPONSE_BYTES
 from watchdog_sync._cli.demo import SCENARIOS, run_demo
@@ -107,6 +107,7 @@ __all__ = [
     "fed_stream",
     "parse_events",
     "parse_retry_after",
+    "pooled_connections",
     "request_model",
     "run_demo",
     "sample_preload_module",
@@ -124,3 +125,9 @@ __all__ = [
 def shared_reader_lock() -> Any:
     """The lock that starts and stops the shared reader (``with shared_reader_lock(): ...``)."""
     return engine_module._lock
+
+
+def pooled_connections(client: Any) -> List[Any]:
+    """The connections in httpcore's pool under an httpx client whose transport is an
+    ``HTTPXTransport`` over httpx's ``HTTPTransport`` (``ConnectionPool.connections``)."""
+    return list(client._transport._transport._pool.connections)

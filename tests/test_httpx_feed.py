@@ -1,5 +1,5 @@
 """HTTPXTransport's HTTP/1.1 event streams on the shared reader: every byte arrives, nothing
-waits on a thread of its own, and the connection is closed, never pooled, whatever ends it."""
+waits on a thread of its own (reuse of a finished stream's connection: test_httpx_pool.py)."""
 
 from __future__ import annotations
 
@@ -343,23 +343,6 @@ def test_a_client_closed_while_its_stream_is_read_raises_httpxs_read_error() -> 
         release.set()
         with pytest.raises(httpx2.ReadError):
             list(pieces)
-
-
-def test_an_event_stream_connection_never_goes_back_to_the_pool(client: httpx2.Client) -> None:
-    """Read to its end, the stream's connection is closed (h11 never saw the body), so the
-    next request opens a new one: no connection returns to the pool in an unknown state."""
-
-    def handler(conn: socket.socket, stop: threading.Event) -> None:
-        for n in range(2):  # two requests on this connection, if the client reused it
-            if not read_request_head(conn):
-                return
-            conn.sendall(HEAD + chunk(event(n)) + b"0\r\n\r\n")
-
-    with RawServer(handler) as server:
-        for _ in range(2):
-            with stream(client, server.url) as response:
-                assert numbers(b"".join(response.iter_bytes())) == [0]
-        assert server.accepted == 2
 
 
 def test_an_httpx_028_client_reads_on_the_shared_reader_too() -> None:

@@ -6,25 +6,33 @@ rest is still in the socket. For a response of the shape this module knows,
 checked at every step (httpx's ``ResponseStream`` over httpcore's pool stream
 over an ``HTTP11Connection`` reading httpcore's own ``SyncStream``, a plain
 socket or an ``ssl.SSLSocket``; the request sent whole, the body not touched
-yet), it takes those bytes and the socket, made non-blocking, and hands the
-socket to the shared reader, which decodes the framing (:class:`~.body.FramingDecoder`),
-frames the events (:class:`~.framing.EventFramer`) and offers each data event
-with the held-back comments and pings before it: byte for byte what the reader
-thread of :func:`~.httpx_sse.event_source` hands httpx. Any other shape (HTTP/2,
-TLS inside TLS, a custom transport or network backend, a compressed body) keeps
-the reader thread per stream.
+yet), it makes the socket non-blocking and hands it to the shared reader, which
+gives each read's bytes to the connection's own h11 state (public h11 API:
+``receive_data``, then ``next_event`` until ``NEED_DATA``; the bytes that came
+with the headers are already in h11's buffer, so h11 sees the whole body in
+order), frames the ``Data`` events' bytes (:class:`~.framing.EventFramer`) and
+offers each data event with the held-back comments and pings before it: byte
+for byte what the reader thread of :func:`~.httpx_sse.event_source` hands
+httpx. Any other shape (HTTP/2, TLS inside TLS, a custom transport or network
+backend, a compressed body) keeps the reader thread per stream.
 
-The connection never goes back to the pool: h11 never sees the body, so its
-state stays ``SEND_BODY`` and httpcore closes the connection when the response
-is closed (a kept-alive connection is not reused after an event stream). A
-``makefile()`` reference keeps the socket's descriptor open until the shared
+A body that ends cleanly (``EndOfMessage``) leaves h11 ``DONE``, as httpcore's
+own reads would: the shared reader gives the socket its timeout back and closes
+the response, and httpcore pools the connection (a keep-alive one) before the
+consumer sees the end. Every other end never pools: a stream stopped (idle
+limit, budget, ``close()`` before the end), shut from outside by the budget's
+:class:`~.httpx_body.Shutter` (checked after it let the socket go, so no later
+shutdown can reach a pooled socket), failed, or cut marks h11's side as failed
+(``send_failed()``, public h11 API) first, and httpcore closes the connection.
+h11 is touched under one lock, never after that mark, so the consumer's close
+and the reader's reads never use it at once.
+
+A ``makefile()`` reference keeps the socket's descriptor open until the shared
 reader has let it go, so that a close from another thread (the caller's, or
 ``client.close()``) never takes the descriptor from under the selector; a
 stream whose client was closed raises httpx's ``ReadError`` at its next read.
-
-The connection is closed by the caller's ``close()`` or, when the body ends or
-fails first, by the shared reader (httpcore's ``response_closed`` trace then runs
-on that thread, as it ran on the stream's reader thread before).
+httpcore's ``response_closed`` trace runs on the thread that closes the
+response first: the shared reader when the body ends or fails, else the caller.
 
 On timeout or cancel: the stream's idle limit, the budget's end and ``close()``
 shut the socket from outside; the shared reader sees the end and lets it go.
@@ -33,7 +41,6 @@ shut the socket from outside; the shared reader sees the end and lets it go.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import importlib
 import logging
 import socket
@@ -43,7 +50,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._core.clock import MONOTONIC
 from .._core.errors import Cancelled
 from . import engine
-from .body import FramingDecoder
 from .channel import DEFAULT_MAX_BUFFERED
 from .fed import FedChannel, fed_stream
 from .framing import EventFramer
@@ -96,8 +102,8 @@ def fed_events(
     return guarded, body.close_connection
 
 
-def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, bytes, Any]]:
-    """(the HTTP11Connection, its socket, the body bytes h11 holds, the body's decoder)."""
+def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, Any]]:
+    """(the HTTP11Connection, its socket, the h11 module)."""
     if str(method).upper() == "HEAD" or response.status_code in (204, 304):
         return None  # no body, whatever the headers say
     extensions = response.extensions
@@ -127,12 +133,11 @@ def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, byt
         or state.their_state is not h11.SEND_BODY  # and no byte of the body was parsed
     ):
         return None
-    data, closed = state.trailing_data
+    _, closed = state.trailing_data  # the bytes stay in h11's buffer; h11 reads them first
     sock = sync_stream.get_extra_info(network, "socket")
-    decoder = _decoder(response.headers)
-    if closed or not isinstance(sock, socket.socket) or decoder is None:
+    if closed or not isinstance(sock, socket.socket):
         return None
-    return connection, sock, data, decoder
+    return connection, sock, h11
 
 
 def _classes(lib: Any) -> Optional[Tuple[Any, ...]]:
@@ -159,19 +164,6 @@ def _classes(lib: Any) -> Optional[Tuple[Any, ...]]:
         return found
 
 
-def _decoder(headers: Any) -> Optional[FramingDecoder]:
-    """The body's framing as h11 decided it (h11 accepted only ``chunked`` and one length)."""
-    if headers.get("transfer-encoding") is not None:
-        return FramingDecoder(chunked=True, length=None)
-    length = headers.get("content-length")
-    if length is None:
-        return FramingDecoder(chunked=False, length=None)  # delimited by the close
-    try:
-        return FramingDecoder(chunked=False, length=int(length))
-    except ValueError:
-        return None
-
-
 class _FedBody:
     """One body on the shared reader: ``open`` (the consumer's first ``next()``), ``take``
     and ``end`` (the reader), ``stop`` (``on_timeout``), ``close_connection`` (either)."""
@@ -181,8 +173,7 @@ class _FedBody:
         inner: Any,
         connection: Any,
         sock: socket.socket,
-        head: bytes,
-        decoder: FramingDecoder,
+        h11: Any,
         *,
         lib: Any,
         framer: EventFramer,
@@ -191,9 +182,10 @@ class _FedBody:
     ) -> None:
         self._inner = inner
         self._connection = connection
+        self._state = connection._h11_state  # checked by _shape: an h11.Connection
+        self._h11 = h11
         self._sock = sock
-        self._head = head
-        self._decoder = decoder
+        self._timeout: Optional[float] = None  # httpcore's, given back before pooling
         self._lib = lib
         self._framer = framer
         self._watch = watch
@@ -202,8 +194,9 @@ class _FedBody:
         self._channel: Optional[FedChannel[bytes]] = None
         self._feed: Optional[engine.Feed] = None
         self._keep: Optional[Any] = None  # a makefile() reference: the descriptor stays open
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # h11's state, ``_closed``
         self._closed = False
+        self._done = False  # h11 gave EndOfMessage: the body ended cleanly
         self._ended = False
         self.stopped = False
 
@@ -212,11 +205,10 @@ class _FedBody:
         sock = self._sock
         try:
             self._keep = sock.makefile("rb", buffering=0)
+            self._timeout = sock.gettimeout()
             sock.settimeout(0)
             feed = self._feed = engine.Feed(sock, self.take, self.end, channel.flush)
-            head, self._head = self._head, b""
-            if head:
-                self.take(head)
+            self.take(None)  # the bytes that came with the headers, in h11's buffer
         except (Exception, Cancelled) as exc:
             self.end(exc, False)
             return
@@ -226,20 +218,12 @@ class _FedBody:
         channel.set_resume(lambda: engine.kick(feed))
         engine.add(feed)
 
-    def take(self, data: bytes) -> bool:
-        """One read's bytes: decode, frame, offer the data events. False: full or ended."""
+    def take(self, data: Optional[bytes]) -> bool:
+        """One read's bytes (``None``: h11's buffer only): parse, frame, offer the data events.
+        False: full or ended."""
         if self.stopped:
             raise self._lib.ReadError("the event stream was stopped")
-        if self._connection.is_closed() and not self._closed:
-            raise self._lib.ReadError(
-                "the connection was closed while its event stream was being read "
-                "(was the client closed?)"
-            )
-        decoder = self._decoder
-        try:
-            payload = decoder.feed(data)
-        except http.client.HTTPException as exc:
-            raise self._lib.RemoteProtocolError(str(exc)) from None
+        payload = self._parse(data)
         room = True
         if payload:
             items, failure = self._activity(self._framer.feed(payload))
@@ -250,8 +234,37 @@ class _FedBody:
                 raise failure
             self._framer.check()
         assert self._feed is not None
-        self._feed.finished = decoder.done
+        self._feed.finished = self._done
         return room
+
+    def _parse(self, data: Optional[bytes]) -> bytes:
+        """The body bytes h11 gives for ``data`` (``b""``: the end of the connection)."""
+        h11 = self._h11
+        state = self._state
+        out: List[bytes] = []
+        with self._lock:
+            if self._closed or self._connection.is_closed():
+                raise self._lib.ReadError(
+                    "the connection was closed while its event stream was being read "
+                    "(was the client closed?)"
+                )
+            try:
+                if data is not None:
+                    state.receive_data(data)
+                while True:
+                    event = state.next_event()
+                    if type(event) is h11.Data:
+                        out.append(event.data)
+                    elif event is h11.NEED_DATA:
+                        break
+                    elif type(event) is h11.EndOfMessage:
+                        self._done = True
+                        break
+                    else:  # ConnectionClosed, PAUSED: nothing more of this body
+                        break
+            except h11.RemoteProtocolError as exc:
+                raise self._lib.RemoteProtocolError(str(exc)) from None
+        return b"".join(out)  # h11 hands out bytearrays: httpx gets bytes
 
     def _activity(self, events: List[bytes]) -> Tuple[List[bytes], Optional[Exception]]:
         """The data events, each with the held-back events before it; an error event's error
@@ -294,7 +307,7 @@ class _FedBody:
         except Exception as exc:
             error = exc
         finally:
-            self._release()
+            self._release(clean=error is None)
             channel, self._channel = self._channel, None
             self._feed = None  # no cycle stays behind (feed -> take -> self -> feed)
             if channel is not None:
@@ -303,13 +316,13 @@ class _FedBody:
             error = None
 
     def _check_eof(self) -> None:
-        try:
-            self._decoder.eof()
-        except http.client.IncompleteRead as exc:
+        """The connection ended: h11 says whether the body may end here (close-delimited)."""
+        if not self._done:
+            self._parse(b"")
+        if not self._done:
             raise self._lib.RemoteProtocolError(
-                "peer closed connection without sending complete message body "
-                f"({exc.expected} bytes missing)"
-            ) from None
+                "peer closed connection without sending complete message body"
+            )
 
     def stop(self) -> None:
         """``on_timeout``: shut the socket from outside; the reader sees it and ends."""
@@ -319,23 +332,43 @@ class _FedBody:
         if feed is not None:
             engine.kick(feed)  # a paused socket is watched again, so its shutdown is seen
 
-    def close_connection(self) -> None:
-        """Close the response: httpcore closes the connection (h11 is not DONE), once."""
+    def close_connection(self, reuse: bool = False) -> None:
+        """Close the response, once: httpcore pools the connection only with ``reuse`` (h11
+        DONE); otherwise h11's side is marked failed first and httpcore closes it."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            if not reuse:
+                self._state.send_failed()
         try:
             self._inner.close()
         except Exception:
             _log.exception("watchdog_sync: closing an event stream's response raised; ignored")
 
-    def _release(self) -> None:
-        """The reader is done with the socket: forget it, close the connection and our
-        reference (the descriptor closes with the last of the two)."""
-        self._shutter.release()
-        self.close_connection()
+    def _release(self, *, clean: bool) -> None:
+        """The reader is done with the socket: forget it, then pool the connection (a clean
+        end, no shutdown) or close it, and drop our reference (the descriptor closes with
+        the last of the two)."""
+        self._shutter.release()  # from here on no shutdown reaches the socket
         keep, self._keep = self._keep, None
+        reuse = (
+            clean
+            and self._done
+            and not self.stopped
+            and not self._shutter.fired
+            and not self._connection.is_closed()
+        )
+        if reuse:
+            try:
+                self._sock.settimeout(self._timeout)  # blocking again, as httpcore left it
+            except OSError:
+                reuse = False
+        if reuse and keep is not None:
+            with contextlib.suppress(OSError):
+                keep.close()  # the socket stays open: the pool holds it now
+            keep = None
+        self.close_connection(reuse)
         if keep is not None:
             with contextlib.suppress(OSError):
                 keep.close()
