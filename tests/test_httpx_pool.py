@@ -224,7 +224,7 @@ def test_a_socket_shut_by_the_budget_after_the_body_ended_is_never_pooled() -> N
     """h11 has parsed the whole body (one segment with the headers) when the budget is
     cancelled (from the first-event hook; a test clock runs the Shutter inside cancel()):
     the socket is shut, the call reports the cancel, and the connection is closed, not
-    pooled."""
+    pooled (httpcore would drop a shut socket too: it is readable when it comes back)."""
     budget = ws.Budget(20, clock=FakeClock())
 
     def cancel_at_the_first_event(happened: Any) -> None:
