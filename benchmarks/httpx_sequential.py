@@ -141,8 +141,7 @@ def main() -> None:
                     server.close()
                 accepted.append(server.accepted)
             print(
-                f"| {name} | {label} | {statistics.median(times) * 1000:.2f} "
-                f"| {max(accepted)} |",
+                f"| {name} | {label} | {statistics.median(times) * 1000:.2f} | {max(accepted)} |",
                 flush=True,
             )
 
