@@ -191,6 +191,41 @@ def test_a_stream_closed_early_is_never_pooled(client: Any) -> None:
         second_call_works(client, server)
 
 
+def test_closes_racing_the_readers_parse_never_pool_and_never_break_the_reader(
+    client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """30 streams closed after 1-5 events while the server sends as fast as it can (the
+    consumer's close meets the shared reader's parse): none is pooled, nothing raised on
+    the reader, and a whole stream afterwards is read and pooled."""
+    count = [0]
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        count[0] += 1
+        if count[0] > 30:
+            conn.sendall(CHUNKED + chunked_body(1))
+            read_request_head(conn)  # until the client closes the pooled connection
+            return
+        conn.sendall(CHUNKED)
+        for n in range(3000):
+            if stop.is_set():
+                return
+            conn.sendall(chunk(event(n)))
+
+    with RawServer(handler, max_connections=40) as server:
+        for i in range(30):
+            with stream(client, server.url) as response:
+                pieces = response.iter_bytes()
+                got = b""
+                while len(numbers(got)) <= i % 5:
+                    got += next(pieces)
+            assert pooled_connections(client) == []
+        with stream(client, server.url) as response:
+            assert numbers(b"".join(response.iter_bytes())) == [0]
+        assert len(pooled_connections(client)) == 1 and server.accepted == 31
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 def test_a_stream_stopped_at_the_idle_limit_is_never_pooled() -> None:
     with RawServer(serving(after_one_event)) as server, ws.httpx_client(idle_timeout=0.3) as c:
         with pytest.raises(ws.StreamIdleTimeout), stream(c, server.url) as response:
