@@ -3,10 +3,7 @@ its anthropic columns speak the Messages API and are judged on its events."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any, Dict
 
 import pytest
@@ -14,24 +11,11 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .benchload import load_benchmark
+
 pytestmark = pytest.mark.timeout(30)
 
-_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "fault_matrix.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fault_matrix", _SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
-
-
-matrix = _load()
+matrix = load_benchmark("fault_matrix")
 
 
 @pytest.mark.parametrize("scenario", ["ok", "http401", "no_finish_reason", "reset_mid_stream"])

@@ -4,30 +4,19 @@ docs/benchmarks.md, never asserted here."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import pathlib
 import subprocess
 import sys
-from types import ModuleType
 from typing import List
 
 import pytest
 
+from .benchload import BENCHMARKS, load_benchmark
+
 pytestmark = pytest.mark.timeout(120)
 
-_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "idle_scale.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("idle_scale", _SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+_SCRIPT = BENCHMARKS / "idle_scale.py"
+bench = load_benchmark("idle_scale")
 
 
 def test_the_overshoot_is_the_errors_arrival_past_the_last_event_plus_the_limit() -> None:
