@@ -3,7 +3,7 @@
 Usage: python benchmarks/httpx_scale.py [--streams 1,100,300] [--events 200] [--gap 0.005]
 [--rounds 3]
 
-The server of ``scale.py`` (a selector loop in its own process) sends each stream
+The server of ``scale.py`` (``_scale_server.py``'s selector loop, in its own process) sends each stream
 ``--events`` small events ``--gap`` seconds apart, each carrying its send time; the
 events are in no known format (no ``choices``), so a stream ends as the server ends
 it. For each N a fresh client process opens N streams at once from a thread pool
@@ -20,24 +20,20 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import multiprocessing
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import scale
+from _scale_server import EventServer, cpu_seconds, percentile, raise_nofile, run_worker, serving
 
 _WORKER_SECONDS = 180.0
 _THREADS_ADDED = 5
 
 
 def _event_chunk(index: int) -> bytes:
+    """scale.py's event without its ``choices``: a format no parser knows."""
     payload = b'data: {"t":%.6f,"i":%d}\n\n' % (time.monotonic(), index)
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
@@ -55,7 +51,7 @@ def _read(client: Any, url: str) -> List[float]:
 
 
 def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
-    scale._raise_nofile(streams * 2 + 256)
+    raise_nofile(streams * 2 + 256)
     import httpx2
 
     import watchdog_sync as ws
@@ -88,36 +84,22 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
         watcher.start()
         start.wait(60)
         started = time.perf_counter()
-        cpu_before = scale._cpu_seconds()
+        cpu_before = cpu_seconds()
         results = [future.result(timeout=_WORKER_SECONDS) for future in futures]
         elapsed = time.perf_counter() - started
-        cpu = scale._cpu_seconds() - cpu_before
+        cpu = cpu_seconds() - cpu_before
         done.set()
         watcher.join(5)
     lags = sorted(lag for lags in results for lag in lags)
-    stream_p99 = sorted(scale._percentile(sorted(r), 0.99) for r in results if r)
+    stream_p99 = sorted(percentile(sorted(r), 0.99) for r in results if r)
     return {
         "events": len(lags),
         "rate": len(lags) / elapsed,
         "cpu_us_per_event": cpu / max(1, len(lags)) * 1e6,
-        "p50_ms": scale._percentile(lags, 0.5) * 1000,
-        "stream_p99_ms": scale._percentile(stream_p99, 0.5) * 1000,
+        "p50_ms": percentile(lags, 0.5) * 1000,
+        "stream_p99_ms": percentile(stream_p99, 0.5) * 1000,
         "threads_added": peak[0] - baseline,
     }
-
-
-def _run_worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--worker", impl, str(streams), url],
-        capture_output=True,
-        text=True,
-        timeout=_WORKER_SECONDS + 30,
-        check=False,
-    )
-    if done.returncode != 0 or not done.stdout.strip():
-        raise RuntimeError(f"{impl} N={streams} failed:\n{done.stderr[-2000:]}")
-    result: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 def main() -> None:
@@ -133,18 +115,6 @@ def main() -> None:
         print(json.dumps(_worker(impl, int(streams), url)))
         return
     counts = [int(n) for n in args.streams.split(",")]
-    scale._raise_nofile(max(counts) * 2 + 256)
-    scale._event_chunk = _event_chunk  # the forked server sends events in no known format
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(max(1024, max(counts) * 2))
-    stop_at = time.monotonic() + 900.0
-    server = multiprocessing.get_context("fork").Process(
-        target=scale._serve, args=(listener, args.events, args.gap, stop_at), daemon=True
-    )
-    server.start()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/chat/completions"
     print(
         f"{args.events} events per stream, {args.gap * 1000:g} ms apart; median of "
         f"{args.rounds} rounds (threads added: the highest), each run in a fresh process"
@@ -156,13 +126,16 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     failed = False
-    try:
+    with serving(
+        lambda sock: EventServer(sock, args.events, args.gap, _event_chunk), max(counts)
+    ) as url:
         for streams in counts:
             runs: Dict[str, List[Dict[str, Any]]] = {"plain": [], "httpx_client": []}
             for round_ in range(args.rounds):
                 order = ("plain", "httpx_client") if round_ % 2 == 0 else ("httpx_client", "plain")
                 for impl in order:
-                    result = _run_worker(impl, streams, url)
+                    label = f"{impl} N={streams}"
+                    result = run_worker(__file__, [impl, str(streams), url], _WORKER_SECONDS, label)
                     if result["events"] != streams * args.events:
                         raise RuntimeError(f"{impl} N={streams}: {result['events']} events")
                     runs[impl].append(result)
@@ -180,10 +153,6 @@ def main() -> None:
                     flush=True,
                 )
                 failed = failed or (impl == "httpx_client" and added > _THREADS_ADDED)
-    finally:
-        server.terminate()
-        server.join(5)
-        listener.close()
     if failed:
         print(f"FAILED: httpx_client() added more than {_THREADS_ADDED} threads")
         sys.exit(1)

@@ -29,25 +29,25 @@ Loopback only; the server and every client process have a time limit.
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import math
-import multiprocessing
-import resource
-import selectors
 import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-_HEAD = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+from _scale_server import (
+    HEAD,
+    Conn,
+    SelectorServer,
+    raise_nofile,
+    request_complete,
+    run_worker,
+    serving,
 )
-_SERVER_SECONDS = 900.0  # the server process ends by itself after this
+
 _WORKER_SECONDS = 240.0  # one client process (one N, one client, all its waves)
 _FIRST_EVENT = 10.0  # the wait for the first event is not what is measured
 _PROBE_SLEEP = 0.001
@@ -60,17 +60,6 @@ _LABELS = {"plain": "requests + sseclient-py", "guarded": "stream_sse"}
 # -- the server (its own process) ------------------------------------------------
 
 
-class _Conn:
-    __slots__ = ("answered", "request", "sent", "silent_at", "sock")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.request = b""
-        self.answered = False
-        self.sent = 0
-        self.silent_at = 0.0  # the last event goes out no earlier than this
-
-
 def _silent_at(request: bytes) -> float:
     """The request line's ``?silent_at=<time.monotonic()>``, or 0."""
     target = request.split(b"\r\n", 1)[0].split(b" ")[1] if b" " in request else b""
@@ -78,88 +67,51 @@ def _silent_at(request: bytes) -> float:
     return float(value.split(b"&")[0]) if found else 0.0
 
 
-def _request_complete(data: bytes) -> bool:
-    head, sep, body = data.partition(b"\r\n\r\n")
-    if not sep:
-        return False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return len(body) >= int(value.strip())
-    return True
-
-
 def _event_chunk(index: int) -> bytes:
     payload = b'data: {"i":%d,"choices":[{"delta":{"content":"tok"}}]}\n\n' % index
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
-def _serve(listener: socket.socket, events: int, gap: float, stop_at: float) -> None:
-    """Answer each request with its events on schedule, then hold it silent until the
+class _SilentServer(SelectorServer):
+    """Answers each request with its events on schedule, then holds it silent until the
     client closes (or resets) the connection."""
-    _raise_nofile(4096)
-    listener.setblocking(False)
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ, None)
-    due: List[Tuple[float, int, _Conn]] = []  # (send time, tie-breaker, connection)
-    order = 0
-    while time.monotonic() < stop_at:
-        wait = max(0.0, due[0][0] - time.monotonic()) if due else 0.5
-        for key, _ in selector.select(min(wait, 0.5)):
-            if key.data is None:
-                while True:
-                    try:
-                        sock, _ = listener.accept()
-                    except BlockingIOError:
-                        break
-                    sock.setblocking(False)
-                    selector.register(sock, selectors.EVENT_READ, _Conn(sock))
-                continue
-            conn: _Conn = key.data
-            try:
-                piece = conn.sock.recv(65536)
-            except OSError:
-                piece = b""
-            if not piece:  # the client left (a timeout's shutdown resets: that too)
-                selector.unregister(conn.sock)
-                conn.sock.close()
-                conn.sent, conn.silent_at = events, 0.0  # a queued event finds it gone
-                continue
-            if conn.answered:
-                continue
-            conn.request += piece
-            if not _request_complete(conn.request):
-                continue
-            conn.answered = True
-            conn.silent_at = _silent_at(conn.request)
-            order += 1
-            heapq.heappush(due, (time.monotonic(), order, conn))
-        now = time.monotonic()
-        while due and due[0][0] <= now + 0.0002:
-            when, tie, conn = heapq.heappop(due)
-            if conn.sent >= events and when >= conn.silent_at:
-                continue  # already silent
-            try:  # small writes into an empty socket buffer: they never wait
-                data = _event_chunk(conn.sent)
-                conn.sock.send(_HEAD + data if conn.sent == 0 else data)
-            except OSError:
-                continue  # the read side sees the end and closes it
-            conn.sent += 1
-            if conn.sent < events:
-                heapq.heappush(due, (when + gap, tie, conn))
-            elif when < conn.silent_at:  # more, until the wave's moment of silence
-                heapq.heappush(due, (min(when + gap, conn.silent_at), tie, conn))
-    selector.close()
+
+    def __init__(self, listener: socket.socket, events: int, gap: float) -> None:
+        super().__init__(listener)
+        self._events = events
+        self._gap = gap
+
+    def on_read(self, conn: Conn, piece: bytes) -> None:
+        if not piece:  # the client left (a timeout's shutdown resets: that too)
+            self.selector.unregister(conn.sock)
+            conn.sock.close()
+            conn.sent, conn.silent_at = self._events, 0.0  # a queued event finds it gone
+            return
+        if conn.answered:
+            return
+        conn.request += piece
+        if not request_complete(conn.request):
+            return
+        conn.answered = True
+        conn.silent_at = _silent_at(conn.request)
+        self.schedule(time.monotonic(), conn)
+
+    def on_due(self, when: float, tie: int, conn: Conn) -> None:
+        if conn.sent >= self._events and when >= conn.silent_at:
+            return  # already silent
+        try:  # small writes into an empty socket buffer: they never wait
+            data = _event_chunk(conn.sent)
+            conn.sock.send(HEAD + data if conn.sent == 0 else data)
+        except OSError:
+            return  # the read side sees the end and closes it
+        conn.sent += 1
+        if conn.sent < self._events:
+            self.schedule(when + self._gap, conn, tie)
+        elif when < conn.silent_at:  # more, until the wave's moment of silence
+            self.schedule(min(when + self._gap, conn.silent_at), conn, tie)
 
 
 # -- a client process: one client, waves of N streams ------------------------------
-
-
-def _raise_nofile(wanted: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        limit = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
 
 
 # One stream's record: (events received, last event's arrival, error's arrival, error name).
@@ -271,7 +223,7 @@ def _wave(
 def _worker(
     client: str, streams: int, waves: int, events: int, idle: float, together: bool, url: str
 ) -> Dict[str, Any]:
-    _raise_nofile(streams * 2 + 256)
+    raise_nofile(streams * 2 + 256)
     import requests  # noqa: F401  (both clients import both, as in scale.py)
     import sseclient  # noqa: F401
 
@@ -312,15 +264,9 @@ def _percentile(ordered: Sequence[float], fraction: float) -> float:
 def _run_worker(
     client: str, streams: int, waves: int, args: argparse.Namespace, url: str
 ) -> Dict[str, Any]:
-    command = [sys.executable, __file__, "--worker", client, str(streams), str(waves),
-               str(args.events), repr(args.idle), str(int(not args.as_connected)), url]  # fmt: skip
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=_WORKER_SECONDS + 30, check=False
-    )
-    if done.returncode != 0 or not done.stdout.strip():
-        raise RuntimeError(f"{client} N={streams} failed:\n{done.stderr[-2000:]}")
-    result: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    worker = [client, str(streams), str(waves), str(args.events), repr(args.idle),
+              str(int(not args.as_connected)), url]  # fmt: skip
+    return run_worker(__file__, worker, _WORKER_SECONDS, f"{client} N={streams}")
 
 
 def _ms(seconds: float) -> str:
@@ -376,18 +322,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(json.dumps(result))
         return 0
     counts = [int(n) for n in args.streams.split(",")]
-    _raise_nofile(max(counts) * 2 + 256)
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(max(1024, max(counts) * 2))
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/chat/completions"
-    server = multiprocessing.get_context("fork").Process(
-        target=_serve,
-        args=(listener, args.events, args.gap, time.monotonic() + _SERVER_SECONDS),
-        daemon=True,
-    )
-    server.start()
     print(
         f"{args.events} events {args.gap * 1000:g} ms apart, then silence; idle limit "
         f"I = {args.idle:g} s; {args.rounds} rounds per N and client, each a fresh process; "
@@ -400,7 +334,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows: List[str] = []
     goals: List[str] = []
     failed = False
-    try:
+    with serving(lambda sock: _SilentServer(sock, args.events, args.gap), max(counts)) as url:
         for streams in counts:
             waves = max(1, math.ceil(args.samples / (streams * args.rounds)))
             got: Dict[str, Dict[str, List[Any]]] = {
@@ -424,10 +358,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 goals.append(
                     f"N={streams}: stream_sse p99 {_ms(p99)} ms (goal <= {_ms(_GOALS[streams])} ms): {verdict}"
                 )
-    finally:
-        server.terminate()
-        server.join(5)
-        listener.close()
     print()
     print(
         "| N | client | streams | timeouts due within (ms) | overshoot p50 (ms) | p99 (ms) "

@@ -21,52 +21,19 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import heapq
 import json
-import multiprocessing
-import resource
-import selectors
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
-_HEAD = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-)
-_SERVER_SECONDS = 900.0  # the server process ends by itself after this
+from _scale_server import EventServer, cpu_seconds, percentile, raise_nofile, run_worker, serving
+
 _WORKER_SECONDS = 180.0  # one client process (one N, one implementation)
 _STREAM_IDLE = 30.0
 _SHARED_READER = "watchdog_sync-shared-reader"  # the one thread of socket-backed streams
 _THREADS_ADDED = 5  # at most this many threads beyond the callers' (the issue's goal)
-
-
-# -- the server (its own process) ------------------------------------------------
-
-
-class _Conn:
-    __slots__ = ("closed", "request", "sent", "sock")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.request = b""
-        self.sent = 0
-        self.closed = False
-
-
-def _request_complete(data: bytes) -> bool:
-    head, sep, body = data.partition(b"\r\n\r\n")
-    if not sep:
-        return False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return len(body) >= int(value.strip())
-    return True
 
 
 def _event_chunk(index: int) -> bytes:
@@ -75,62 +42,6 @@ def _event_chunk(index: int) -> bytes:
         index,
     )
     return b"%x\r\n%s\r\n" % (len(payload), payload)
-
-
-def _serve(listener: socket.socket, events: int, gap: float, stop_at: float) -> None:
-    """Accept, read each request, then send every stream its events on schedule."""
-    _raise_nofile(4096)
-    listener.setblocking(False)
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ, None)
-    due: List[Tuple[float, int, _Conn]] = []  # (send time, tie-breaker, connection)
-    order = 0
-    while time.monotonic() < stop_at:
-        wait = max(0.0, due[0][0] - time.monotonic()) if due else 0.5
-        for key, _ in selector.select(min(wait, 0.5)):
-            if key.data is None:
-                while True:
-                    try:
-                        sock, _ = listener.accept()
-                    except BlockingIOError:
-                        break
-                    sock.setblocking(False)
-                    selector.register(sock, selectors.EVENT_READ, _Conn(sock))
-                continue
-            conn: _Conn = key.data
-            try:
-                piece = conn.sock.recv(65536)
-            except OSError:
-                piece = b""
-            conn.request += piece
-            if piece and not _request_complete(conn.request):
-                continue
-            selector.unregister(conn.sock)
-            if not piece:
-                conn.sock.close()
-                continue
-            conn.sock.settimeout(2.0)  # small writes into an empty socket buffer: never waits
-            try:
-                conn.sock.sendall(_HEAD)
-            except OSError:
-                conn.sock.close()
-                continue
-            order += 1
-            heapq.heappush(due, (time.monotonic(), order, conn))
-        now = time.monotonic()
-        while due and due[0][0] <= now + 0.0002:
-            when, tie, conn = heapq.heappop(due)
-            try:
-                conn.sock.sendall(_event_chunk(conn.sent))
-                conn.sent += 1
-                if conn.sent == events:
-                    conn.sock.sendall(b"0\r\n\r\n")
-                    conn.sock.close()
-                    continue
-            except OSError:
-                conn.sock.close()
-                continue
-            heapq.heappush(due, (when + gap, tie, conn))  # a fixed rate, as tokens come
 
 
 # -- a client process: one implementation, N streams ------------------------------
@@ -142,11 +53,6 @@ def _rss_kib(field: str = "VmRSS") -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _caller_threads() -> Tuple[float, int]:
@@ -166,13 +72,6 @@ def _caller_threads() -> Tuple[float, int]:
         except OSError:
             return float("nan"), 0
     return seconds, switches
-
-
-def _raise_nofile(wanted: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        limit = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
 
 
 def _send_time(data: str) -> float:
@@ -272,7 +171,7 @@ class _Live:
 
 
 def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
-    _raise_nofile(streams * 2 + 256)
+    raise_nofile(streams * 2 + 256)
     fn: Callable[[str], List[float]] = _guarded if impl == "guarded" else _plain
     import requests  # noqa: F401  (imports before the baseline, for both implementations)
     import sseclient  # noqa: F401
@@ -293,7 +192,7 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
             callers_before = _caller_threads()
             start.wait(60)
             started = time.perf_counter()
-            cpu_before = _cpu_seconds()
+            cpu_before = cpu_seconds()
             results: List[List[float]] = []
             errors: List[str] = []
             for future in futures:
@@ -302,10 +201,10 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
                 except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
             elapsed = time.perf_counter() - started
-            cpu = _cpu_seconds() - cpu_before
+            cpu = cpu_seconds() - cpu_before
             callers_after = _caller_threads()
     all_lags = sorted(lag for lags in results for lag in lags)
-    stream_p99 = sorted(_percentile(sorted(lags), 0.99) for lags in results if lags)
+    stream_p99 = sorted(percentile(sorted(lags), 0.99) for lags in results if lags)
     return {
         "events": len(all_lags),
         "errors": errors,
@@ -317,8 +216,8 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
         / max(1, len(all_lags))
         * 1e6,
         "caller_switches_per_event": (callers_after[1] - callers_before[1]) / max(1, len(all_lags)),
-        "p50": _percentile(all_lags, 0.5),
-        "stream_p99_median": _percentile(stream_p99, 0.5),
+        "p50": percentile(all_lags, 0.5),
+        "stream_p99_median": percentile(stream_p99, 0.5),
         "stream_p99_worst": stream_p99[-1] if stream_p99 else float("nan"),
         "peak_live": live.peak,
         "peak_threads": monitor.peak_threads,
@@ -331,27 +230,7 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
     }
 
 
-def _percentile(ordered: List[float], fraction: float) -> float:
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 # -- the driver --------------------------------------------------------------------
-
-
-def _run_worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--worker", impl, str(streams), url],
-        capture_output=True,
-        text=True,
-        timeout=_WORKER_SECONDS + 30,
-        check=False,
-    )
-    if done.returncode != 0 or not done.stdout.strip():
-        raise RuntimeError(f"{impl} N={streams} failed:\n{done.stderr[-2000:]}")
-    result: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 def _median(runs: List[Dict[str, Any]], key: str) -> float:
@@ -383,19 +262,6 @@ def main() -> None:
         print(json.dumps(_worker(impl, int(streams), url)))
         return
     counts = [int(n) for n in args.streams.split(",")]
-    _raise_nofile(max(counts) * 2 + 256)
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(max(1024, max(counts) * 2))
-    port = listener.getsockname()[1]
-    server = multiprocessing.get_context("fork").Process(
-        target=_serve,
-        args=(listener, args.events, args.gap, time.monotonic() + _SERVER_SECONDS),
-        daemon=True,
-    )
-    server.start()
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
     ideal = 1 / args.gap
     print(
         f"{args.events} events per stream, {args.gap * 1000:g} ms apart (ideal {ideal:,.0f} "
@@ -407,13 +273,16 @@ def main() -> None:
     checks: List[str] = []
     split: List[str] = []
     failed = False
-    try:
+    with serving(
+        lambda sock: EventServer(sock, args.events, args.gap, _event_chunk), max(counts)
+    ) as url:
         for streams in counts:
             runs: Dict[str, List[Dict[str, Any]]] = {"plain": [], "guarded": []}
             for round_ in range(args.rounds):
                 order = ("plain", "guarded") if round_ % 2 == 0 else ("guarded", "plain")
                 for impl in order:
-                    result = _run_worker(impl, streams, url)
+                    label = f"{impl} N={streams}"
+                    result = run_worker(__file__, [impl, str(streams), url], _WORKER_SECONDS, label)
                     if result["errors"] or result["events"] != streams * args.events:
                         raise RuntimeError(f"{impl} N={streams}: {result['errors'][:3]}")
                     runs[impl].append(result)
@@ -446,10 +315,6 @@ def main() -> None:
                 f"| +{max(r['peak_threads'] for r in guarded) - max(r['peak_threads'] for r in plain)} "
                 f"| {_median(guarded, 'rss_peak_mib') / _median(plain, 'rss_peak_mib'):.2f} |"
             )
-    finally:
-        server.terminate()
-        server.join(5)
-        listener.close()
     print()
     print(
         "| N | client | events/s | CPU µs/event | latency p50 (ms) | per-stream p99 (ms): median / worst "
