@@ -1,4 +1,5 @@
-"""The loopback SSE server that stream_overhead.py and sdk_overhead.py share.
+"""The loopback SSE server that stream_overhead.py, sdk_overhead.py and instrument_overhead.py
+share.
 
 It runs in its own process (so that it does not compete with the client for the
 GIL), accepts on 127.0.0.1 until its time is up, and answers each connection in

@@ -2,8 +2,8 @@
 
 Usage: python benchmarks/instrument_overhead.py [--calls 500] [--rounds 21] [--chunks 20000]
 
-A local keep-alive server (its own process, so it does not compete for the
-GIL) answers on 127.0.0.1. Three workloads, each timed (a) without
+A local keep-alive server (_chunked_server.py's, its own process, so it does not
+compete for the GIL) answers on 127.0.0.1. Three workloads, each timed (a) without
 instrument(), (b) with instrument() but outside any scope, (c) with
 instrument() inside ``deadline(60)``; the three alternate in every round so
 machine noise hits them alike. Prints the median and the best round per call
@@ -21,52 +21,35 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing
 import socket
 import statistics
-import threading
 import time
 from typing import Callable, Dict, Iterator, List
 
 import requests
 import urllib3
+from _chunked_server import chunk, read_request, running
 
 import watchdog_sync as ws
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
 _PIECE = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
-_CHUNK = b"%x\r\n" % len(_PIECE) + _PIECE + b"\r\n"
+_CHUNK = chunk(_PIECE)
 
 
-def _serve(listener: socket.socket, chunks: int, stop_at: float) -> None:
-    listener.settimeout(0.5)
-    while time.monotonic() < stop_at:
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            continue
-        threading.Thread(target=_answer, args=(conn, chunks, stop_at), daemon=True).start()
-
-
-def _answer(conn: socket.socket, chunks: int, stop_at: float) -> None:
+def _answer(conn: socket.socket, head: bytes, chunks: int) -> None:
+    """Every request on the kept-alive connection, until the client closes it."""
     conn.settimeout(10)
-    with conn, contextlib.suppress(OSError):
-        pending = b""
-        while time.monotonic() < stop_at:
-            while b"\r\n\r\n" not in pending:
-                piece = conn.recv(65536)
-                if not piece:
-                    return
-                pending += piece
-            head, _, pending = pending.partition(b"\r\n\r\n")
-            if head.split(b" ", 2)[1].startswith(b"/stream"):
-                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-                batch = _CHUNK * 100
-                for _ in range(chunks // 100):
-                    conn.sendall(batch)
-                conn.sendall(b"0\r\n\r\n")
-            else:
-                conn.sendall(_OK)
+    while head:
+        if head.split(b" ", 2)[1].startswith(b"/stream"):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            batch = _CHUNK * 100
+            for _ in range(chunks // 100):
+                conn.sendall(batch)
+            conn.sendall(b"0\r\n\r\n")
+        else:
+            conn.sendall(_OK)
+        head = read_request(conn)
 
 
 def _session_calls(base: str, calls: int) -> float:
@@ -130,32 +113,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--chunks", type=int, default=20000)
     args = parser.parse_args()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    server = multiprocessing.Process(
-        target=_serve, args=(listener, args.chunks, time.monotonic() + 600), daemon=True
-    )
-    server.start()
-    workloads: Dict[str, Callable[[], float]] = {
-        "requests": lambda: _session_calls(base, args.calls),
-        "urllib3": lambda: _urllib3_calls(base, args.calls),
-        "httpx2": lambda: _httpx2_calls(base, args.calls),
-        "stream": lambda: _stream(base, args.chunks),
-    }
-    modes = ("plain", "outside a scope", "in scope")
-    results: Dict[str, Dict[str, List[float]]] = {w: {m: [] for m in modes} for w in workloads}
-    try:
+    with running(_answer, args.chunks) as (host, port):
+        base = f"http://{host}:{port}"
+        workloads: Dict[str, Callable[[], float]] = {
+            "requests": lambda: _session_calls(base, args.calls),
+            "urllib3": lambda: _urllib3_calls(base, args.calls),
+            "httpx2": lambda: _httpx2_calls(base, args.calls),
+            "stream": lambda: _stream(base, args.chunks),
+        }
+        modes = ("plain", "outside a scope", "in scope")
+        results: Dict[str, Dict[str, List[float]]] = {w: {m: [] for m in modes} for w in workloads}
         for _ in range(args.rounds):
             for workload, run in workloads.items():
                 for mode in modes:
                     with _mode(mode):
                         results[workload][mode].append(run())
-    finally:
-        server.terminate()
-        server.join(5)
-        listener.close()
     print(f"{'workload':<10} {'mode':<16} {'median':>17} {'ratio':>6} {'best':>17} {'ratio':>6}")
     for workload, by_mode in results.items():
         unit = "us/chunk" if workload == "stream" else "us/call"
