@@ -2,7 +2,8 @@
 
 Each accepted connection runs ``handler(conn, stop)`` in its own thread; ``stop`` is set
 when the server stops, and every connection is closed then. Bounded: at most
-``max_connections`` accepted, and stop() joins every thread.
+``max_connections`` accepted, and stop() joins every thread. Beside it, the bytes the handlers
+send: an event stream's head, its events, HTTP chunks.
 """
 
 from __future__ import annotations
@@ -14,6 +15,20 @@ import threading
 from typing import Callable, List, Optional
 
 Handler = Callable[[socket.socket, threading.Event], None]
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+def chunk(data: bytes) -> bytes:
+    """``data`` as one HTTP chunk."""
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+def event(n: int, pad: int = 0) -> bytes:
+    """The event ``data: {"n": n, "pad": "x" * pad}``."""
+    return b'data: {"n": %d, "pad": "%s"}\n\n' % (n, b"x" * pad)
 
 
 def read_request_head(conn: socket.socket, limit: int = 65536) -> bytes:
@@ -125,7 +140,7 @@ def send_sse_head(
 def send_body_piece(conn: socket.socket, data: bytes, framing: str = "chunked") -> None:
     """One piece of the body: its own HTTP chunk, or raw bytes when close-delimited."""
     if framing == "chunked":
-        conn.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
+        conn.sendall(chunk(data))
     else:
         conn.sendall(data)
 

@@ -4,23 +4,21 @@ waits on a thread of its own (reuse of a finished stream's connection: test_http
 from __future__ import annotations
 
 import gc
-import json
 import socket
 import ssl
 import threading
 import time
-from typing import Any, Callable, Iterator, List
+from typing import Iterator, List
 
-import anthropic
 import httpx
 import httpx2
-import openai
 import pytest
 import trustme
 
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .httpxstream import numbers, sdk_stream, stream
 from .internals import (
     DEFAULT_MAX_BUFFERED,
     READER_THREAD_NAME,
@@ -28,40 +26,19 @@ from .internals import (
     buffered_body_events,
 )
 from .rawserver import (
+    SSE_HEAD,
     RawServer,
+    chunk,
     end_body,
+    event,
     read_request_head,
     send_body_piece,
     send_sse_head,
     wait_for_disconnect,
 )
+from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)
-
-HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-KEY = "sk-test-0123456789abcdef"
-MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-def event(n: int, pad: int = 0) -> bytes:
-    return b'data: {"n": %d, "pad": "%s"}\n\n' % (n, b"x" * pad)
-
-
-def chunk(data: bytes) -> bytes:
-    return b"%x\r\n" % len(data) + data + b"\r\n"
-
-
-def numbers(body: bytes) -> List[int]:
-    return [json.loads(e[len(b"data: ") :])["n"] for e in body.split(b"\n\n") if e]
-
-
-def wait_for(predicate: Callable[[], bool], limit: float = 5.0) -> bool:
-    give_up = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > give_up:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def ours() -> List[str]:
@@ -80,10 +57,6 @@ def client() -> Iterator[httpx2.Client]:
         yield made
 
 
-def stream(client: Any, url: str) -> Any:
-    return client.stream("POST", url, json={"stream": True})
-
-
 def test_events_that_arrived_with_the_headers_are_taken_from_h11s_buffer(
     client: httpx2.Client,
 ) -> None:
@@ -92,7 +65,7 @@ def test_events_that_arrived_with_the_headers_are_taken_from_h11s_buffer(
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
-        conn.sendall(HEAD + b"".join(chunk(event(n)) for n in range(3)))  # one segment
+        conn.sendall(SSE_HEAD + b"".join(chunk(event(n)) for n in range(3)))  # one segment
         wait_for_disconnect(conn, stop)
 
     with RawServer(handler) as server, stream(client, server.url) as response:
@@ -113,7 +86,7 @@ def test_chunked_framing_split_anywhere_arrives_byte_for_byte(
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.sendall(HEAD)
+        conn.sendall(SSE_HEAD)
         for i in range(0, len(body), size):
             conn.sendall(body[i : i + size])
             stop.wait(0.0005)  # the scenario: each piece its own segment
@@ -163,7 +136,7 @@ def test_a_cut_or_malformed_chunked_body_is_httpxs_remote_protocol_error(
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
-        conn.sendall(HEAD + chunk(event(0)))
+        conn.sendall(SSE_HEAD + chunk(event(0)))
         stop.wait(0.05)
         conn.sendall(tail)  # then the server closes the connection
 
@@ -187,7 +160,7 @@ def test_tls_bursts_larger_than_one_turn_arrive_whole_and_in_order() -> None:
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
-        conn.sendall(HEAD + b"".join(chunk(event(n, 1000)) for n in range(count)))
+        conn.sendall(SSE_HEAD + b"".join(chunk(event(n, 1000)) for n in range(count)))
         end_body(conn)
 
     tls = ws.httpx_client(idle_timeout=5, verify=client_context)
@@ -384,14 +357,6 @@ def test_a_response_of_another_shape_keeps_a_reader_thread_of_its_own() -> None:
     assert all(READER_THREAD_NAME in names for names in seen)
 
 
-def open_sdk_stream(api: str, base: str, http: httpx2.Client) -> Any:
-    if api == "openai":
-        sdk: Any = openai.OpenAI(base_url=base, api_key=KEY, http_client=http, max_retries=0)
-        return sdk.chat.completions.create(model="m", messages=MESSAGES, stream=True)
-    sdk = anthropic.Anthropic(base_url=base, api_key=KEY, http_client=http, max_retries=0)
-    return sdk.messages.create(model="m", max_tokens=16, messages=MESSAGES, stream=True)
-
-
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_concurrent_sdk_streams_add_no_thread_each(fault_gateway: FaultGateway, api: str) -> None:
     """Twenty SDK streams open at once through httpx_client(): one shared reader, no reader
@@ -399,7 +364,7 @@ def test_concurrent_sdk_streams_add_no_thread_each(fault_gateway: FaultGateway, 
     count = 20
     base = fault_gateway.base_url("ok", api=api, chunks=30, interval=0.05)
     with ws.httpx_client(idle_timeout=5) as http, ws.deadline(20):
-        streams = [iter(open_sdk_stream(api, base, http)) for _ in range(count)]
+        streams = [iter(sdk_stream(api, base, http)) for _ in range(count)]
         firsts = [next(s) for s in streams]
         names = ours()
         rest = [list(s) for s in streams]

@@ -9,10 +9,8 @@ import select
 import socket
 import ssl
 import threading
-import time
 from typing import Any, Callable, Iterator, List
 
-import anthropic
 import httpx
 import httpx2
 import openai
@@ -22,27 +20,19 @@ import trustme
 import watchdog_sync as ws
 from watchdog_sync.testing import FakeClock, FaultGateway
 
+from .httpxstream import numbers, sdk_stream, stream
 from .internals import READER_THREAD_NAME, pooled_connections
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, chunk, read_request_head
+from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
-KEY = "sk-test-0123456789abcdef"
-MESSAGES = [{"role": "user", "content": "hi"}]
 SSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 CHUNKED = SSE + b"Transfer-Encoding: chunked\r\n\r\n"
 
 
 def event(n: int) -> bytes:
     return b'data: {"n": %d}\n\n' % n
-
-
-def chunk(data: bytes) -> bytes:
-    return b"%x\r\n" % len(data) + data + b"\r\n"
-
-
-def numbers(body: bytes) -> List[int]:
-    return [json.loads(e[len(b"data: ") :])["n"] for e in body.split(b"\n\n") if e]
 
 
 def chunked_body(count: int) -> bytes:
@@ -56,15 +46,6 @@ def sized(body: bytes, extra: bytes = b"") -> bytes:
 def no_reader_thread_of_its_own() -> bool:
     """The stream is read by the shared reader (or, all of it in h11's buffer, at once)."""
     return READER_THREAD_NAME not in [t.name for t in threading.enumerate()]
-
-
-def wait_for(predicate: Callable[[], bool], limit: float = 5.0) -> bool:
-    give_up = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > give_up:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def serving(answers: Callable[[int], List[bytes]]) -> Callable[..., None]:
@@ -84,10 +65,6 @@ def serving(answers: Callable[[int], List[bytes]]) -> Callable[..., None]:
                 stop.wait(0.005)
 
     return handler
-
-
-def stream(client: Any, url: str) -> Any:
-    return client.stream("POST", url, json={"stream": True})
 
 
 @pytest.fixture(params=["httpx2", "httpx 0.28"])
@@ -314,14 +291,6 @@ def forward_to(port: int) -> Callable[[socket.socket, threading.Event], None]:
                     other[side].sendall(data)
 
     return handler
-
-
-def sdk_stream(api: str, base: str, http: Any) -> Any:
-    if api == "openai":
-        sdk: Any = openai.OpenAI(base_url=base, api_key=KEY, http_client=http, max_retries=0)
-        return sdk.chat.completions.create(model="m", messages=MESSAGES, stream=True)
-    sdk = anthropic.Anthropic(base_url=base, api_key=KEY, http_client=http, max_retries=0)
-    return sdk.messages.create(model="m", max_tokens=16, messages=MESSAGES, stream=True)
 
 
 def openai_chunk(content: str, finish: Any = None) -> bytes:

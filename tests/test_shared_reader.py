@@ -9,7 +9,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Callable, Iterator, List
+from typing import Iterator, List
 
 import pytest
 import trustme
@@ -29,39 +29,23 @@ from .internals import (
     fed_stream,
 )
 from .rawserver import (
+    SSE_HEAD,
     RawServer,
+    chunk,
     end_body,
+    event,
     read_request_head,
     send_body_piece,
     send_sse_head,
     wait_for_disconnect,
 )
+from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def event(n: int, pad: int = 0) -> bytes:
-    return b'data: {"n": %d, "pad": "%s"}\n\n' % (n, b"x" * pad)
-
-
-def chunk(data: bytes) -> bytes:
-    return b"%x\r\n" % len(data) + data + b"\r\n"
-
-
-HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-
-
 def numbers(events: Iterator[object]) -> List[int]:
     return [json.loads(e.data)["n"] for e in events]  # type: ignore[attr-defined]
-
-
-def wait_for(predicate: Callable[[], bool], limit: float = 5.0) -> bool:
-    give_up = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > give_up:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def shared_readers() -> List[threading.Thread]:
@@ -73,7 +57,7 @@ def test_events_that_arrived_with_the_headers_are_delivered_at_once() -> None:
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
-        conn.sendall(HEAD + b"".join(chunk(event(n)) for n in range(3)))  # one segment
+        conn.sendall(SSE_HEAD + b"".join(chunk(event(n)) for n in range(3)))  # one segment
         wait_for_disconnect(conn, stop)
 
     with RawServer(handler) as server:
@@ -94,7 +78,7 @@ def test_chunked_framing_split_anywhere_is_decoded(size: int) -> None:
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.sendall(HEAD)
+        conn.sendall(SSE_HEAD)
         for i in range(0, len(body), size):
             conn.sendall(body[i : i + size])
             stop.wait(0.0005)  # the scenario: each piece its own segment
@@ -113,7 +97,7 @@ def test_tls_bursts_larger_than_one_turn_are_read_whole(monkeypatch: pytest.Monk
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
-        conn.sendall(HEAD + b"".join(chunk(event(n, 1000)) for n in range(count)))
+        conn.sendall(SSE_HEAD + b"".join(chunk(event(n, 1000)) for n in range(count)))
         end_body(conn)
 
     with authority.cert_pem.tempfile() as ca_path, RawServer(handler, tls=context) as server:
@@ -280,7 +264,7 @@ def test_a_stalled_socket_never_holds_up_the_others() -> None:
 
     def stalled(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
-        conn.sendall(HEAD + b"40\r\ndata: half an ev")  # a chunk that never completes
+        conn.sendall(SSE_HEAD + b"40\r\ndata: half an ev")  # a chunk that never completes
         wait_for_disconnect(conn, stop)
 
     def paced(conn: socket.socket, stop: threading.Event) -> None:
@@ -399,7 +383,7 @@ def test_a_kept_alive_connection_serves_the_next_stream_of_the_same_session() ->
         for n in range(2):  # two requests on this connection, if the client reuses it
             if not read_request_head(conn):
                 return
-            conn.sendall(HEAD + chunk(event(n)) + b"0\r\n\r\n")
+            conn.sendall(SSE_HEAD + chunk(event(n)) + b"0\r\n\r\n")
             served.append(n)
 
     with RawServer(handler) as server, ws.Session() as session:

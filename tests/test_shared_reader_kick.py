@@ -19,11 +19,10 @@ import watchdog_sync as ws
 from watchdog_sync import stream_sse
 
 from .internals import shared_reader_lock
-from .rawserver import RawServer, read_request_head, wait_for_disconnect
+from .rawserver import SSE_HEAD, RawServer, chunk, read_request_head, wait_for_disconnect
 
 pytestmark = pytest.mark.timeout(30)
 
-_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 _EVENT = b'data: {"n": 0}\n\n'
 _IDLE = 0.3
 
@@ -31,7 +30,7 @@ _IDLE = 0.3
 def test_an_idle_timeout_reaches_its_caller_while_the_shared_readers_lock_is_held() -> None:
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
-        conn.sendall(_HEAD + b"%x\r\n%s\r\n" % (len(_EVENT), _EVENT))  # one event, then silence
+        conn.sendall(SSE_HEAD + chunk(_EVENT))  # one event, then silence
         wait_for_disconnect(conn, stop)
 
     outcome: List[object] = []
