@@ -19,14 +19,17 @@ import selectors
 import socket
 import subprocess
 import sys
+import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
     b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
 )
 SERVER_SECONDS = 900.0  # the server process ends by itself after this
+
+_T = TypeVar("_T", bound="Sampler")
 
 
 def raise_nofile(wanted: int) -> None:
@@ -211,3 +214,23 @@ def percentile(ordered: List[float], fraction: float) -> float:
     if not ordered:
         return float("nan")
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+class Sampler:
+    """A daemon thread, in a client process, that runs ``_run`` from the ``with`` block's
+    start; the block's end sets ``_stop`` and joins the thread (at most 5 s)."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def __enter__(self: _T) -> _T:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        raise NotImplementedError

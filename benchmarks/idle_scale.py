@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from _scale_server import (
     HEAD,
     Conn,
+    Sampler,
     SelectorServer,
     raise_nofile,
     request_complete,
@@ -163,21 +164,12 @@ def _guarded(url: str, idle: float) -> _Record:
     return count, last, math.nan, "ended without a timeout"
 
 
-class _Probe:
+class _Probe(Sampler):
     """A thread that sleeps 1 ms at a time and records (woke at, how late)."""
 
     def __init__(self) -> None:
+        super().__init__("bench-probe")
         self.samples: List[Tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-probe", daemon=True)
-
-    def __enter__(self) -> _Probe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -28,7 +28,15 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
-from _scale_server import EventServer, cpu_seconds, percentile, raise_nofile, run_worker, serving
+from _scale_server import (
+    EventServer,
+    Sampler,
+    cpu_seconds,
+    percentile,
+    raise_nofile,
+    run_worker,
+    serving,
+)
 
 _WORKER_SECONDS = 180.0  # one client process (one N, one implementation)
 _STREAM_IDLE = 30.0
@@ -100,31 +108,22 @@ def _guarded(url: str) -> List[float]:
     return lags
 
 
-class _Monitor:
+class _Monitor(Sampler):
     """Samples threads and RSS every few milliseconds while the load runs."""
 
     def __init__(self, baseline_threads: int) -> None:
         from watchdog_sync.testing import READER_THREAD_NAME, WATCHDOG_THREAD_NAME
 
+        super().__init__("bench-monitor")
         self._reader_name = READER_THREAD_NAME
         self._watchdog_name = WATCHDOG_THREAD_NAME
         self._baseline = baseline_threads
-        self._stop = threading.Event()
         self.peak_threads = 0
         self.peak_extra = 0  # threads beyond the pool's and the baseline's
         self.peak_readers = 0
         self.peak_watchdogs = 0
         self.peak_rss_kib = 0
         self.foreign: List[str] = []
-        self._thread = threading.Thread(target=self._run, name="bench-monitor", daemon=True)
-
-    def __enter__(self) -> _Monitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
     def _run(self) -> None:
         while True:
