@@ -95,27 +95,11 @@ def test_an_overloaded_error_event_is_a_classified_529() -> None:
     assert isinstance(odd, ws.StreamProtocolError) and odd.reason == "stream_error"
 
 
-def read_request(conn: socket.socket) -> None:
-    """The request head and its whole body: a socket closed with unread bytes sends a reset."""
-    data = read_request_head(conn)
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        piece = conn.recv(65536)
-        if not piece:
-            return
-        body += piece
-
-
 def sse_server(*pieces: bytes, gap: float = 0.0, then_wait: bool = False) -> RawServer:
     """Each connection: SSE headers, the pieces (``gap`` apart), then end or hold."""
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
-        read_request(conn)
+        read_request_head(conn)
         send_sse_head(conn)
         for piece in pieces:
             send_body_piece(conn, piece)
@@ -224,7 +208,7 @@ def test_a_compressed_event_stream_arrives_whole_and_stays_bounded(
     packed = packer.compress(body) + packer.flush(zlib.Z_SYNC_FLUSH)
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
-        read_request(conn)
+        read_request_head(conn)
         conn.sendall(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
