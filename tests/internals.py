@@ -11,6 +11,7 @@ from watchdog_sync._chat.complete import MAX_RESPONSE_BYTES
 from watchdog_sync._cli.demo import SCENARIOS, run_demo
 from watchdog_sync._cli.probe import suggest_idle_timeout
 from watchdog_sync._core import config as config_module
+from watchdog_sync._core import redact as redact_module
 from watchdog_sync._core.clock import MONOTONIC
 from watchdog_sync._core.config import env_int, env_seconds
 from watchdog_sync._core.durations import validate_duration
@@ -107,6 +108,7 @@ __all__ = [
     "fed_stream",
     "parse_events",
     "parse_retry_after",
+    "redact_module",
     "pooled_connections",
     "request_model",
     "run_demo",

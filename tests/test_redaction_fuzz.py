@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import watchdog_sync as ws
-from tests.internals import excerpt
+from tests.internals import excerpt, redact_module
 from tests.rawserver import RawServer, read_request_head
 
 pytestmark = pytest.mark.timeout(120)
@@ -216,3 +216,54 @@ def test_a_key_in_a_failed_request_is_never_shown(key: str, wrap: str, how: str)
 
     texts = produced(run)
     assert not [text for text in texts if key in text or (len(quoted) > 11 and quoted in text)]
+
+
+# Pieces of every credential shape the patterns know, in several cases, and what sits around them.
+PATTERN_PIECES = st.sampled_from(
+    [
+        "https://",
+        "HTTP://",
+        "u:p@",
+        "@",
+        "Bearer ",
+        "bEaReR\t",
+        "AUTHORIZATION: ",
+        "proxy-authorization=",
+        "api_key=",
+        "X-API-KEY: ",
+        "access-token=",
+        "Refresh_Token:",
+        "token",
+        "SECRET=",
+        "password: ",
+        "?key=",
+        "&SIG=",
+        "?code=",
+        "&signature=",
+        "sk-",
+        "sk-abcdefgh",
+        "SK-ABCDEFGH",
+        "=",
+        "?",
+        "&",
+        '"',
+        "'",
+        " ",
+        ":",
+        "abc123",
+        "[REDACTED]",
+    ]
+)
+ASCII_FILLER = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=6)
+
+
+@settings(max_examples=2000, deadline=None, database=None)
+@given(pieces=st.lists(PATTERN_PIECES | ASCII_FILLER, max_size=14))
+def test_the_ascii_fast_path_masks_exactly_what_every_pattern_masks(pieces: List[str]) -> None:
+    """On ASCII text redaction skips the patterns whose trigger is absent; the result is the
+    same as running every pattern."""
+    text = "".join(pieces)
+    every = text
+    for pattern, replacement in redact_module._PATTERNS:
+        every = pattern.sub(replacement, every)
+    assert redact_module._redact(text, ()) == every

@@ -20,7 +20,18 @@ import json
 import re
 import unicodedata
 import urllib.parse
-from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, Optional, Sequence
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    MutableMapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 __all__ = [
     "CREDENTIAL_HEADERS",
@@ -97,9 +108,29 @@ def redact(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
     return _redact(text, secret_forms(secrets))
 
 
+# What each of _PATTERNS needs in the lower-cased text before it can match (its literal
+# part, or the characters every match holds). Checked only on ASCII text, where lower() is
+# exactly what ``(?i)`` matches (elsewhere ``(?i)`` also matches, e.g., U+017F for ``s``).
+# A substitution only puts MASK where text was, so it never makes a later trigger appear.
+_TRIGGERS: Tuple[Callable[[str], bool], ...] = (
+    lambda low: "@" in low and "://" in low,
+    lambda low: "bearer" in low,
+    lambda low: "authorization" in low,
+    lambda low: "key" in low or "token" in low or "secret" in low or "password" in low,
+    lambda low: "=" in low and ("?" in low or "&" in low),
+    lambda low: "sk-" in low,
+)
+
+
 def _redact(text: str, forms: Sequence[str]) -> str:
     for form in forms:
         text = text.replace(form, MASK)
+    if text.isascii():  # the common case: skip the patterns that cannot match (~1.5 µs, not 23)
+        low = text.lower()
+        for (pattern, replacement), could_match in zip(_PATTERNS, _TRIGGERS):
+            if could_match(low):
+                text = pattern.sub(replacement, text)
+        return text
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
