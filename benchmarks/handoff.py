@@ -23,7 +23,7 @@ import time
 from typing import Iterable, Iterator, List, Tuple
 
 from watchdog_sync import StreamIdleTimeout, guard_stream
-from watchdog_sync._transport.stream import DEFAULT_MAX_BUFFERED
+from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED
 
 LINE = b'data: {"id":"c1","choices":[{"delta":{"content":"hi"}}]}\n'
 

@@ -19,27 +19,27 @@ from watchdog_sync._core.errors import with_fields
 from watchdog_sync._core.events import context_with_fields, emit, event_fields
 from watchdog_sync._core.redact import excerpt
 from watchdog_sync._core.scope import entry_scope
+from watchdog_sync._http.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
+from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
+from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
+from watchdog_sync._http.guard import clip_timeout
+from watchdog_sync._httpx.call import request_model
+from watchdog_sync._httpx.sse import EventWatch, stream_error
 from watchdog_sync._propagate.celery import HEADER_DEADLINE, HEADER_TIMEOUT, task_window
 from watchdog_sync._propagate.wallclock import time_left
 from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
-from watchdog_sync._transport import engine as engine_module
-from watchdog_sync._transport.body import FramingDecoder, body_pieces
-from watchdog_sync._transport.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
-from watchdog_sync._transport.engine import SHARED_READER_THREAD_NAME
-from watchdog_sync._transport.fed import FedChannel, fed_stream
-from watchdog_sync._transport.framing import EventFramer
-from watchdog_sync._transport.guard import GUARD_ATTR as _GUARD_ATTR
-from watchdog_sync._transport.guard import ConnectionGuard as _ConnectionGuard
-from watchdog_sync._transport.guard import clip_timeout
-from watchdog_sync._transport.httpx_call import request_model
-from watchdog_sync._transport.httpx_sse import EventWatch, stream_error
-from watchdog_sync._transport.sse import SSEStream
-from watchdog_sync._transport.sse_feed import _FramedSSEClient, _http_response
-from watchdog_sync._transport.sse_feed import _parse as parse_events
-from watchdog_sync._transport.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
+from watchdog_sync._stream import engine as engine_module
+from watchdog_sync._stream.body import FramingDecoder, body_pieces
+from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME
+from watchdog_sync._stream.fed import FedChannel, fed_stream
+from watchdog_sync._stream.framing import EventFramer
+from watchdog_sync._stream.sse import SSEStream
+from watchdog_sync._stream.sse_feed import _FramedSSEClient, _http_response
+from watchdog_sync._stream.sse_feed import _parse as parse_events
+from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
 
 
 def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> Iterator[bytes]:

@@ -348,4 +348,11 @@ def test_only_the_door_and_the_wsgi_and_celery_modules_import_the_propagate_part
     )
     assert importers == ["__init__.py", "celery.py", "wsgi.py"]
     for path in (root / "_propagate").glob("*.py"):
-        assert _imported_parts(path) <= {"_propagate", "_core", "_retry", "_transport"}, path
+        assert _imported_parts(path) <= {
+            "_propagate",
+            "_core",
+            "_retry",
+            "_http",
+            "_stream",
+            "_httpx",
+        }, path

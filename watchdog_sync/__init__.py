@@ -28,21 +28,21 @@ from ._core.errors import (
 )
 from ._core.events import Event, add_listener
 from ._core.scope import carry_budget, current_budget, deadline
+from ._http.http import Session
+from ._httpx.instrument import instrument
 from ._propagate.headers import budget_from_headers, deadline_headers
 from ._retry.budget import RetryBudget
 from ._retry.classify import Classification, classify
 from ._retry.loop import retry_call, retrying
 from ._retry.policy import RetryPolicy
 from ._sample.run import SampleResult, abandoned_workers, run_sample
-from ._transport.http import Session
-from ._transport.instrument import instrument
-from ._transport.sse import SSEStream, stream_sse
-from ._transport.stream import GuardedStream, StreamStats, guard_stream
+from ._stream.sse import SSEStream, stream_sse
+from ._stream.stream import GuardedStream, StreamStats, guard_stream
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._transport.httpx_client import httpx_client
-    from ._transport.httpx_transport import HTTPXTransport
+    from ._httpx.client import httpx_client
+    from ._httpx.transport import HTTPXTransport
 
 __all__ = [
     "Budget",
@@ -88,8 +88,8 @@ __all__ = [
 
 # Names whose modules are imported on first use (their libraries are optional extras).
 _LAZY = {
-    "HTTPXTransport": "._transport.httpx_transport",
-    "httpx_client": "._transport.httpx_client",
+    "HTTPXTransport": "._httpx.transport",
+    "httpx_client": "._httpx.client",
 }
 
 

@@ -9,8 +9,8 @@ from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.errors import WatchdogError
 from .._core.events import event_fields
-from .._transport.http import Session
-from .._transport.translate import Translator
+from .._http.http import Session
+from .._http.translate import Translator
 from .errors import for_call, status_wording
 
 __all__ = ["STAGE", "ChatCall", "run_in_call"]

@@ -19,10 +19,10 @@ from .._core.calls import server_of
 from .._core.durations import Duration
 from .._core.events import event_fields
 from .._core.redact import clean_headers, clean_secret, header_secrets, safe_url
+from .._http.http import Session
+from .._http.propagation import check_propagate, propagating
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
-from .._transport.http import Session
-from .._transport.propagation import check_propagate, propagating
 from .call import STAGE, ChatCall, run_in_call
 from .complete import complete_once
 from .config import (

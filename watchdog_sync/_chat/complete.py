@@ -15,12 +15,12 @@ from urllib3.exceptions import DecodeError
 
 from .._core.errors import StreamProtocolError
 from .._core.redact import excerpt
-from .._transport.decode import BodyDecoder, UnknownEncoding
-from .._transport.json_object import json_object
-from .._transport.redirect import is_redirect
-from .._transport.sse import DEFAULT_MAX_EVENT_BYTES
-from .._transport.streamed import raw_content
-from .._transport.translate import REQUESTS_ERRORS, Translator
+from .._http.decode import BodyDecoder, UnknownEncoding
+from .._http.json_object import json_object
+from .._http.redirect import is_redirect
+from .._http.streamed import raw_content
+from .._http.translate import REQUESTS_ERRORS, Translator
+from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .call import ChatCall
 from .errors import error_object
 

@@ -13,8 +13,8 @@ from typing import Any, Dict, Optional, Sequence, TypeVar
 
 from .._core.errors import StreamProtocolError, WatchdogError, with_fields
 from .._core.redact import excerpt
-from .._transport.json_object import json_object
-from .._transport.translate import http_status_error
+from .._http.json_object import json_object
+from .._http.translate import http_status_error
 
 __all__ = [
     "error_object",

@@ -20,11 +20,11 @@ from .._core.durations import off
 from .._core.errors import Cancelled, StreamIdleTimeout, StreamProtocolError, WatchdogError
 from .._core.events import Event, context_with_fields, emit, event_fields
 from .._core.redact import excerpt
+from .._http.json_object import json_object
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
-from .._transport.json_object import json_object
-from .._transport.sse import SSEStream, open_sse
-from .._transport.stream import StreamStats
+from .._stream.sse import SSEStream, open_sse
+from .._stream.stream import StreamStats
 from .call import STAGE, ChatCall, run_in_call
 from .errors import error_object, for_call, no_finish_reason
 

@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional
 from .._core.budget import Budget
 from .._core.config import IDLE_TIMEOUT_UNSET, TIMEOUT_UNSET, budget_limit, idle_setting
 from .._core.durations import Duration, off
-from .._transport.json_object import json_object
-from .._transport.sse import stream_sse
+from .._http.json_object import json_object
+from .._stream.sse import stream_sse
 
 __all__ = ["ProbeReport", "probe", "suggest_idle_timeout"]
 

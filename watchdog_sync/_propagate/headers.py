@@ -18,7 +18,7 @@ from .._core.budget import Budget
 from .._core.durations import MAX_SECONDS, Duration, validate_duration
 from .._core.redact import excerpt
 from .._core.scope import entry_scope
-from .._transport.propagation import GRPC_TIMEOUT, headers_for
+from .._http.propagation import GRPC_TIMEOUT, headers_for
 
 __all__ = [
     "ENVOY_EXPECTED_TIMEOUT",

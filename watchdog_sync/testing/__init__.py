@@ -7,7 +7,7 @@ loads through the ``pytest11`` entry point.
 """
 
 from .._core.watchdog import THREAD_NAME as WATCHDOG_THREAD_NAME
-from .._transport.stream import READER_THREAD_NAME
+from .._stream.stream import READER_THREAD_NAME
 from ._clock import FakeClock
 from ._gateway import FaultGateway, SeenRequest
 

@@ -24,9 +24,9 @@ import importlib
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from .._core.scope import scoped_budget
-from .httpx_body import socket_of
-from .patches import PatchSet
-from .reads import reading
+from .._http.patches import PatchSet
+from .._http.reads import reading
+from .body import socket_of
 
 __all__ = ["httpx_patches"]
 
@@ -56,7 +56,7 @@ def httpx_patches() -> Optional[PatchSet]:
 
 
 def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
-    from .httpx_transport import BOUND, HTTPXTransport
+    from .transport import BOUND, HTTPXTransport
 
     direct = _direct_class(lib)
     reading_body = type("ReadingBody", (_ReadingBody, lib.SyncByteStream), {})

@@ -23,13 +23,13 @@ from .._core.budget import Budget
 from .._core.errors import Cancelled, StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
 from .._core.scope import using_budget
+from .._http.http import Session
+from .._http.redirect import FOLLOWED_METHODS, is_redirect
+from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
 from . import engine
 from .body import body_pieces, decoder_for
 from .fed import FedChannel, OpenTimedOut
 from .framing import EventFramer
-from .http import Session
-from .redirect import FOLLOWED_METHODS, is_redirect
-from .translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
 
 _ERROR_BODY_LIMIT = 4096
 _PLAIN = Translator()

@@ -11,7 +11,7 @@ and, for each request:
   thread does not); closing the response lets it go before the connection
   can return to the pool;
 * guards a ``text/event-stream`` body like :func:`stream_sse`: the shared
-  stream reader (HTTP/1.1, see :mod:`.httpx_feed`; else a reader thread) frames
+  stream reader (HTTP/1.1, see :mod:`.feed`; else a reader thread) frames
   it into events, data events are activity (comments and ``ping``
   events are not), a first-event and an idle limit, an event size cap, and a
   stream that ends without its terminal event raises
@@ -19,7 +19,7 @@ and, for each request:
 * sends a streaming request again (at most twice, within the budget) when the
   stream stays silent before its first event, so the caller gets one good stream;
 * with ``propagate=True``, sets the deadline headers on each send (see
-  :mod:`.httpx_call`: never to another origin than the call's first request's);
+  :mod:`.call`: never to another origin than the call's first request's);
 * reports the call to observers (``call_start`` .. ``call_end``, a span for
   ``watchdog_sync.otel``) from the request to the response's close.
 
@@ -46,13 +46,13 @@ from .._core.durations import Duration
 from .._core.errors import StreamIdleTimeout
 from .._core.events import event_fields, observed
 from .._core.scope import boundary, joined_budget, using_budget
-from . import propagation as _propagation
-from .framing import EventFramer
-from .httpx_body import BoundedBody, EventBody, Shutter, socket_of
-from .httpx_call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
-from .httpx_feed import fed_events
-from .httpx_sse import EventWatch, threaded_events
-from .sse import DEFAULT_MAX_EVENT_BYTES
+from .._http import propagation as _propagation
+from .._stream.framing import EventFramer
+from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
+from .body import BoundedBody, EventBody, Shutter, socket_of
+from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
+from .feed import fed_events
+from .sse import EventWatch, threaded_events
 
 if TYPE_CHECKING:
     import httpx2

@@ -25,8 +25,8 @@ from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.clock import Clock
 from .._core.errors import Cancelled
+from .._http.reads import READER_SOCKETS, ReaderSockets
 from .idle import idle_timeout_error
-from .reads import READER_SOCKETS, ReaderSockets
 from .stats import StreamStats
 
 __all__ = [

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator, Optional
 from .._core.budget import Budget, _noop
 from .._core.errors import Cancelled
 from .._core.scope import boundary, error_for, owns
-from .guard import shutdown_socket
-from .stream import GuardedStream
+from .._http.guard import shutdown_socket
+from .._stream.stream import GuardedStream
 
 __all__ = ["BoundedBody", "EventBody", "Shutter", "socket_of"]
 

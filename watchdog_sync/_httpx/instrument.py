@@ -1,7 +1,7 @@
 """instrument(): the deadline() scope binds the HTTP clients a process already has.
 
 Opt-in and process-wide: it patches urllib3 (so requests, botocore, ...) at
-the points that see every connection of every pool (``instrument_urllib3.py``),
+the points that see every connection of every pool (``_http/instrument_urllib3.py``),
 and the ``HTTPTransport`` of httpx2 and httpx (so the openai and anthropic
 SDKs) through :class:`HTTPXTransport`'s budget binding (``instrument_httpx.py``).
 Calls are counted: each ``instrument()`` returns its own undo, and the
@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 from typing import Callable, Dict, List, Optional
 
+from .._http.instrument_urllib3 import urllib3_patches
+from .._http.patches import PatchSet
 from .instrument_httpx import httpx_patches
-from .instrument_urllib3 import urllib3_patches
-from .patches import PatchSet
 
 __all__ = ["instrument"]
 

@@ -12,7 +12,7 @@ gives each read's bytes to the connection's own h11 state (public h11 API:
 with the headers are already in h11's buffer, so h11 sees the whole body in
 order), frames the ``Data`` events' bytes (:class:`~.framing.EventFramer`) and
 offers each data event with the held-back comments and pings before it: byte
-for byte what the reader thread of :func:`~.httpx_sse.event_source` hands
+for byte what the reader thread of :func:`~.sse.event_source` hands
 httpx. Any other shape (HTTP/2, TLS inside TLS, a custom transport or network
 backend, a compressed body) keeps the reader thread per stream.
 
@@ -21,7 +21,7 @@ own reads would: the shared reader gives the socket its timeout back and closes
 the response, and httpcore pools the connection (a keep-alive one) before the
 consumer sees the end. Every other end never pools: a stream stopped (idle
 limit, budget, ``close()`` before the end), shut from outside by the budget's
-:class:`~.httpx_body.Shutter` (checked after it let the socket go, so no later
+:class:`~.body.Shutter` (checked after it let the socket go, so no later
 shutdown can reach a pooled socket), failed, or cut marks h11's side as failed
 (``send_failed()``, public h11 API) first, and httpcore closes the connection.
 h11 is touched under one lock, never after that mark, so the consumer's close
@@ -49,13 +49,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._core.clock import MONOTONIC
 from .._core.errors import Cancelled
-from . import engine
-from .channel import DEFAULT_MAX_BUFFERED
-from .fed import FedChannel, fed_stream
-from .framing import EventFramer
-from .httpx_body import Shutter
-from .httpx_sse import EventWatch
-from .stream import GuardedStream, _budgets_to_watch
+from .._stream import engine
+from .._stream.channel import DEFAULT_MAX_BUFFERED
+from .._stream.fed import FedChannel, fed_stream
+from .._stream.framing import EventFramer
+from .._stream.stream import GuardedStream, _budgets_to_watch
+from .body import Shutter
+from .sse import EventWatch
 
 __all__ = ["fed_events"]
 

@@ -26,9 +26,9 @@ from .._core.errors import HTTPStatusError, StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
 from .._core.status import status_verdict
 from .._retry.foreign import provider_error_status
-from .framing import EventFramer
-from .httpx_body import Shutter
-from .stream import GuardedStream, guard_stream
+from .._stream.framing import EventFramer
+from .._stream.stream import GuardedStream, guard_stream
+from .body import Shutter
 
 __all__ = ["EventWatch", "event_source", "threaded_events"]
 

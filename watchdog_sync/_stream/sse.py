@@ -30,12 +30,12 @@ from .._core.durations import Duration, idle_limit, off
 from .._core.events import event_fields
 from .._core.redact import clean_headers, header_secrets, url_secrets
 from .._core.scope import current_budget
+from .._http.http import Session
+from .._http.translate import Translator
 from . import engine, sse_feed
 from .fed import fed_stream
 from .framing import EventFramer
-from .http import Session
 from .stream import DEFAULT_MAX_BUFFERED, GuardedStream, StreamStats, _budgets_to_watch
-from .translate import Translator
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "open_sse", "stream_sse"]
 

@@ -28,8 +28,8 @@ from typing import Any, Iterator, Optional
 
 from .._core.budget import Budget
 from .._core.calls import CallMark
-from . import propagation as _propagation
-from .redirect import same_origin
+from .._http import propagation as _propagation
+from .._http.redirect import same_origin
 
 __all__ = [
     "MarkedBody",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .._core.budget import Budget
 from .._core.config import AS_IDLE, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
-from .httpx_transport import HTTPXTransport, default_library, library_of
+from .transport import HTTPXTransport, default_library, library_of
 
 if TYPE_CHECKING:
     import httpx2
