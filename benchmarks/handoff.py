@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import socket
 import statistics
 import time
 from typing import Iterable, Iterator, List, Tuple
 
 from watchdog_sync import StreamIdleTimeout, guard_stream
-from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED
+
+DEFAULT_MAX_BUFFERED: int = inspect.signature(guard_stream).parameters["max_buffered"].default
 
 LINE = b'data: {"id":"c1","choices":[{"delta":{"content":"hi"}}]}\n'
 

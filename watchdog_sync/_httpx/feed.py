@@ -48,7 +48,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._core.clock import MONOTONIC
-from .._core.errors import Cancelled
+from .._core.errors import Cancelled, WatchdogError
 from .._stream import engine
 from .._stream.channel import DEFAULT_MAX_BUFFERED
 from .._stream.fed import FedChannel, fed_stream
@@ -274,7 +274,7 @@ class _FedBody:
         for event in events:
             try:
                 active = note(event)
-            except Exception as exc:  # an error event: ours, raised after the events before it
+            except WatchdogError as exc:  # an error event: ours, raised after the events before it
                 return items, exc
             if active:
                 if held:
@@ -304,7 +304,7 @@ class _FedBody:
                 if eof:
                     self._check_eof()
                 self._watch.end()
-        except Exception as exc:
+        except Exception as exc:  # delivered to the consumer below, never dropped
             error = exc
         finally:
             self._release(clean=error is None)
