@@ -12,34 +12,20 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .httpxstream import DEADLINE, FAST, IDLE, SLACK, sdk_clients
+
 pytestmark = pytest.mark.timeout(60)
 
 TEXT = "Hello from the watchdog_sync fault gateway."
 KEY = "sk-ant-test-0123456789abcdef"
-IDLE = 0.5
-DEADLINE = 1.5
-SLACK = 0.3  # the deadline holds to +0.1 s; 2 noisy shared cores get more room
-FAST = ws.RetryPolicy(max_attempts=3, initial_backoff=0.05, jitter=0.0)
-
 MakeSDK = Callable[..., anthropic.Anthropic]
 
 
 @pytest.fixture
 def sdk() -> Iterator[MakeSDK]:
     """anthropic.Anthropic clients on httpx_client() (idle 0.5 s), closed after the test."""
-    made: List[anthropic.Anthropic] = []
-
-    def make(base_url: str, *, max_retries: int = 0, **options: Any) -> anthropic.Anthropic:
-        http = ws.httpx_client(**{"idle_timeout": IDLE, **options})
-        client = anthropic.Anthropic(
-            base_url=base_url, api_key=KEY, http_client=http, max_retries=max_retries
-        )
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
+    with sdk_clients(anthropic.Anthropic, KEY) as make:
+        yield make
 
 
 def stream_text(client: anthropic.Anthropic, into: List[str]) -> str:

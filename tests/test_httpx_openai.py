@@ -15,35 +15,19 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .httpxstream import DEADLINE, FAST, IDLE, KEY, MESSAGES, SLACK, sdk_clients
+
 pytestmark = pytest.mark.timeout(60)
 
-MESSAGES = [{"role": "user", "content": "hi"}]
 TEXT = "Hello from the watchdog_sync fault gateway."
-KEY = "sk-test-0123456789abcdef"
-IDLE = 0.5
-DEADLINE = 1.5
-SLACK = 0.3  # the deadline holds to +0.1 s; 2 noisy shared cores get more room
-FAST = ws.RetryPolicy(max_attempts=3, initial_backoff=0.05, jitter=0.0)
-
 MakeSDK = Callable[..., openai.OpenAI]
 
 
 @pytest.fixture
 def sdk() -> Iterator[MakeSDK]:
     """openai.OpenAI clients on httpx_client() (idle 0.5 s, no SDK retries), closed after."""
-    made: List[openai.OpenAI] = []
-
-    def make(base_url: str, *, max_retries: int = 0, **options: Any) -> openai.OpenAI:
-        http = ws.httpx_client(**{"idle_timeout": IDLE, **options})
-        client = openai.OpenAI(
-            base_url=base_url, api_key=KEY, http_client=http, max_retries=max_retries
-        )
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
+    with sdk_clients(openai.OpenAI, KEY) as make:
+        yield make
 
 
 def stream_text(client: openai.OpenAI, into: List[str]) -> str:
