@@ -25,8 +25,9 @@ from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
 from .._stream.sse import SSEStream, open_sse
 from .._stream.stream import StreamStats
+from .._stream.wire import PING, no_finish_reason
 from .call import STAGE, ChatCall, run_in_call
-from .errors import error_object, for_call, no_finish_reason
+from .errors import error_object, for_call
 
 __all__ = ["ChatStream", "open_stream"]
 
@@ -156,15 +157,18 @@ class ChatStream:
 
     def _step(self) -> Optional[Dict[str, Any]]:
         """The next chunk, ``None`` at a normal end; raises on every failure."""
-        try:
-            event = next(self._events)
-        except StopIteration:
-            if self.finish_reason is not None or self._ended:
-                return None  # a finish_reason then EOF without [DONE], or close() elsewhere
-            sse = self._sse
-            truncated = sse is not None and sse.truncated
-            how = "in the middle of an event" if truncated else "without [DONE]"
-            raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
+        while True:
+            try:
+                event = next(self._events)
+            except StopIteration:
+                if self.finish_reason is not None or self._ended:
+                    return None  # a finish_reason then EOF without [DONE], or close() elsewhere
+                sse = self._sse
+                truncated = sse is not None and sse.truncated
+                how = "in the middle of an event" if truncated else "without [DONE]"
+                raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
+            if event.event != PING:  # a ping is no chunk (stream_sse hands it on held back)
+                break
         data = event.data
         if data == _DONE:
             if not self._chunks:

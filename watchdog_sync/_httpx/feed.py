@@ -48,14 +48,14 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._core.clock import MONOTONIC
-from .._core.errors import Cancelled, WatchdogError
+from .._core.errors import Cancelled
 from .._stream import engine
 from .._stream.channel import DEFAULT_MAX_BUFFERED
 from .._stream.fed import FedChannel, fed_stream
 from .._stream.framing import EventFramer
 from .._stream.stream import GuardedStream, _budgets_to_watch
+from .._stream.wire import EventWatch, Gate
 from .body import Shutter
-from .sse import EventWatch
 
 __all__ = ["fed_events"]
 
@@ -190,7 +190,7 @@ class _FedBody:
         self._framer = framer
         self._watch = watch
         self._shutter = shutter
-        self._held = bytearray()  # comments and pings, handed on before the next data event
+        self._gate = Gate(framer.limit, watch.note)  # holds comments and pings back
         self._channel: Optional[FedChannel[bytes]] = None
         self._feed: Optional[engine.Feed] = None
         self._keep: Optional[Any] = None  # a makefile() reference: the descriptor stays open
@@ -226,7 +226,7 @@ class _FedBody:
         payload = self._parse(data)
         room = True
         if payload:
-            items, failure = self._activity(self._framer.feed(payload))
+            items, failure = self._gate.pass_on(self._framer.feed(payload))
             assert self._channel is not None
             if items:
                 room = self._channel.offer(items)
@@ -265,27 +265,6 @@ class _FedBody:
             except h11.RemoteProtocolError as exc:
                 raise self._lib.RemoteProtocolError(str(exc)) from None
         return b"".join(out)  # h11 hands out bytearrays: httpx gets bytes
-
-    def _activity(self, events: List[bytes]) -> Tuple[List[bytes], Optional[Exception]]:
-        """The data events, each with the held-back events before it; an error event's error
-        comes after the events before it."""
-        items: List[bytes] = []
-        held, limit, note = self._held, self._framer.limit, self._watch.note
-        for event in events:
-            try:
-                active = note(event)
-            except WatchdogError as exc:  # an error event: ours, raised after the events before it
-                return items, exc
-            if active:
-                if held:
-                    event = bytes(held) + event
-                    held.clear()
-                items.append(event)
-            elif len(held) + len(event) <= limit:
-                held += event  # bounded: past the cap, older held events are dropped
-            else:
-                held[:] = event
-        return items, None
 
     def end(self, error: Optional[BaseException], eof: bool) -> None:
         """The socket is done (on the reader, or in ``open``): say how, let everything go."""

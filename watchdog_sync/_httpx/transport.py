@@ -18,6 +18,8 @@ and, for each request:
   ``StreamProtocolError('no_finish_reason')``;
 * sends a streaming request again (at most twice, within the budget) when the
   stream stays silent before its first event, so the caller gets one good stream;
+  only outside a retry owner: inside a ``retry_call`` attempt it raises and that
+  loop decides (one retry owner);
 * with ``propagate=True``, sets the deadline headers on each send (see
   :mod:`.call`: never to another origin than the call's first request's);
 * reports the call to observers (``call_start`` .. ``call_end``, a span for
@@ -47,12 +49,14 @@ from .._core.errors import StreamIdleTimeout
 from .._core.events import event_fields, observed
 from .._core.scope import boundary, joined_budget, using_budget
 from .._http import propagation as _propagation
+from .._retry.loop import in_retry_attempt
 from .._stream.framing import EventFramer
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
+from .._stream.wire import EventWatch
 from .body import BoundedBody, EventBody, Shutter, socket_of
 from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
 from .feed import fed_events
-from .sse import EventWatch, threaded_events
+from .sse import threaded_events
 
 if TYPE_CHECKING:
     import httpx2
@@ -121,7 +125,9 @@ class HTTPXTransport(_Base):
             ``idle_timeout``; ``<= 0`` or ``inf``: off; ``None`` means "as
             ``idle_timeout``", deprecated as for :func:`stream_sse`). A stream
             silent that long is sent again (at most twice, within the budget)
-            when nothing was delivered yet.
+            when nothing was delivered yet, unless the request runs inside a
+            ``retry_call`` attempt: then it raises ``StreamIdleTimeout``
+            (retryable) and the retry owner decides.
         budget: a budget every request runs under, with the current
             ``deadline()`` scope's (the tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
@@ -415,7 +421,8 @@ def _shorter(limit: Optional[float], read: Optional[float]) -> bool:
 
 
 def _may_resend(send: int, budget: Budget) -> bool:
-    return send < _MAX_SENDS and budget.remaining() > 0
+    """Only outside a retry owner: inside a ``retry_call`` attempt the owner decides."""
+    return send < _MAX_SENDS and budget.remaining() > 0 and not in_retry_attempt()
 
 
 def _is_event_stream(response: Any) -> bool:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import logging
 import ssl
 import time
-from typing import Any, Callable, Iterator, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 import requests
-import sseclient
 
 from .._core.budget import Budget
 from .._core.errors import Cancelled, StreamProtocolError, WatchdogError
@@ -30,54 +28,13 @@ from . import engine
 from .body import body_pieces, decoder_for
 from .fed import FedChannel, OpenTimedOut
 from .framing import EventFramer
+from .parse import parse_events
+from .wire import Gate, is_activity
 
 _ERROR_BODY_LIMIT = 4096
 _PLAIN = Translator()
 
 __all__ = ["opener"]
-
-
-class _FramedSSEClient(sseclient.SSEClient):
-    """sseclient-py's field parser over events our framer already split and bounded.
-
-    sseclient's own ``_read`` re-splits and re-joins every event line by line
-    (unbounded, and quadratic on long lines); our framer did that work already.
-    """
-
-    _event_source: Iterator[bytes]
-
-    def _read(self) -> Iterator[bytes]:
-        return self._event_source
-
-
-_PARSER_LOG = logging.getLogger(_FramedSSEClient.__module__)  # sseclient-py's, for our client
-
-
-def _parse(client: _FramedSSEClient, framed: List[bytes]) -> List[sseclient.Event]:
-    """The ``sseclient.Event`` of each framed event, as sseclient-py parses it.
-
-    An event of one ``data:`` line (what chat APIs send) is made here, as sseclient
-    makes it (the line decoded as UTF-8, one leading space dropped), without its
-    generators; any other event, and every event while sseclient's DEBUG log is
-    on (it logs each one), goes through sseclient.
-
-    Raises:
-        UnicodeDecodeError: an event is not valid UTF-8.
-    """
-    if _PARSER_LOG.isEnabledFor(logging.DEBUG):
-        client._event_source = iter(framed)
-        return list(client.events())
-    events: List[sseclient.Event] = []
-    for raw in framed:  # each ends with b"\n\n", its line endings made b"\n" by the framer
-        if raw.startswith(b"data:") and raw.find(b"\n") == len(raw) - 2:
-            value = raw[:-2].decode("utf-8")[5:]
-            made = sseclient.Event()
-            made.data = value[1:] if value[:1] == " " else value
-            events.append(made)
-        else:
-            client._event_source = iter((raw,))
-            events.extend(client.events())
-    return events
 
 
 def _check_response(response: requests.Response, method: str, translator: Translator) -> None:
@@ -197,7 +154,7 @@ def opener(
             raw = _http_response(response)
             sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
             decoder = decoder_for(raw)
-            client = _FramedSSEClient(iter(()))
+            gate = Gate(framer.limit, is_activity)  # pings are no activity: held back
             state: List[engine.Feed] = []
 
             def take(data: bytes) -> bool:
@@ -209,7 +166,7 @@ def opener(
                 events: List[Any] = []
                 if payload:
                     try:
-                        events = _parse(client, framer.feed(payload))
+                        events = parse_events(gate.pass_on(framer.feed(payload))[0])
                     except UnicodeDecodeError as exc:
                         raise errors.error(exc) from exc
                 room = channel.offer(events) if events else True
