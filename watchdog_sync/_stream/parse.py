@@ -14,8 +14,9 @@ events the framer already split and bounded, assembling the data with one join:
 - invalid UTF-8 anywhere in the event raises the ``UnicodeDecodeError`` that
   sseclient-py raises for that line.
 
-An event of one ``data:`` line (what chat APIs send) and an event of ``data:``
-lines only are made without a Python loop over lines.
+No Python loop runs over an event's lines: its fields are found by regular
+expressions, and an event of one ``data:`` line (what chat APIs send) is made
+directly.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import sseclient
 
 __all__ = ["parse_events"]
 
-_OTHER_FIELDS = re.compile(r"^(event|id|retry)(?::(.*))?$", re.MULTILINE)
-_DATA_LINE = re.compile(r"^data(?::(.*))?$", re.MULTILINE)
+_OTHER_FIELDS = re.compile(r"^(event|id|retry)(?:: ?(.*))?$", re.MULTILINE)
+_DATA_LINE = re.compile(r"^data(?:: ?(.*))?$", re.MULTILINE)
 
 
 def parse_events(framed: List[bytes]) -> List[sseclient.Event]:
@@ -63,27 +64,19 @@ def _parse_one(raw: bytes) -> Optional[sseclient.Event]:
         for line in raw.split(b"\n"):
             line.decode("utf-8")  # raises sseclient-py's error, for the line it fails on
         raise
-    data = _data_of(raw, text)
+    data = _data_of(text)
     if data is None:
         return None
     event = sseclient.Event()
     event.data = data
     if "\nevent" in text or "\nid" in text or "\nretry" in text or not text.startswith("data"):
         for match in _OTHER_FIELDS.finditer(text):
-            value = match.group(2) or ""
-            setattr(event, match.group(1), value[1:] if value[:1] == " " else value)
+            setattr(event, match.group(1), match.group(2) or "")
     event.event = event.event or "message"
     return event
 
 
-def _data_of(raw: bytes, text: str) -> Optional[str]:
+def _data_of(text: str) -> Optional[str]:
     """The event's data lines joined with ``\\n``; ``None`` when it has none."""
-    lines = raw.count(b"\n") + 1
-    if raw.startswith(b"data: ") and raw.count(b"\ndata: ") == lines - 1:
-        return text[6:].replace("\ndata: ", "\n")  # every line is data with one space
-    if raw.startswith(b"data:") and raw.count(b"\ndata:") == lines - 1 and b"data: " not in raw:
-        return text[5:].replace("\ndata:", "\n")  # every line is data without a space
-    values = _DATA_LINE.findall(text)
-    if not values:
-        return None
-    return "\n".join(value[1:] if value[:1] == " " else value for value in values)
+    values = _DATA_LINE.findall(text)  # each without "data:" and one space after it
+    return "\n".join(values) if values else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import ssl
 import time
 from typing import Any, Callable, List, Mapping, Optional
@@ -32,6 +33,7 @@ from .parse import parse_events
 from .wire import Gate, is_activity
 
 _ERROR_BODY_LIMIT = 4096
+_FIRST_READ = max(engine.TURN_BYTES, io.DEFAULT_BUFFER_SIZE)  # http.client's buffer, whole
 _PLAIN = Translator()
 
 __all__ = ["opener"]
@@ -208,13 +210,18 @@ def opener(
                 return
             sock.settimeout(0)
             made_non_blocking.append(sock)
-            # The bytes that arrived with the headers sit in http.client's buffer.
+            # The bytes that arrived with the headers sit in http.client's buffer; each read
+            # asks for at least the buffer's size, so none is left where select() cannot see
+            # it. At most one reader turn's worth is taken here: a flood from the first byte
+            # goes on on the reader, and the first-event limit holds.
             try:
-                while not decoder.done:
+                given = 0
+                while not decoder.done and given < engine.TURN_BYTES:
                     try:
-                        data = raw.fp.read1(65536)
+                        data = raw.fp.read1(_FIRST_READ)
                     except (BlockingIOError, ssl.SSLWantReadError):
                         break
+                    given += len(data)
                     if not data or not take(data):  # a full buffer: the reader goes on later
                         break
             except (Exception, Cancelled) as exc:
