@@ -53,7 +53,7 @@ from .._stream import engine
 from .._stream.channel import DEFAULT_MAX_BUFFERED
 from .._stream.fed import FedChannel, fed_stream
 from .._stream.framing import EventFramer
-from .._stream.stream import GuardedStream, _budgets_to_watch
+from .._stream.stream import GuardedStream, budgets_to_watch
 from .._stream.wire import EventWatch, Gate
 from .body import Shutter
 
@@ -93,7 +93,7 @@ def fed_events(
         idle=idle,
         first=first,
         first_named=True,
-        budgets=_budgets_to_watch(None),
+        budgets=budgets_to_watch(None),
         explicit=None,
         on_timeout=body.stop,
         max_buffered=DEFAULT_MAX_BUFFERED,

@@ -19,7 +19,7 @@ from .._core.budget import Budget
 from .._core.clock import Clock
 from .._core.errors import Cancelled
 from .channel import Channel
-from .stream import GuardedStream, _batches
+from .stream import GuardedStream, batches_of
 
 __all__ = ["FedChannel", "OpenTimedOut", "fed_stream"]
 
@@ -56,6 +56,12 @@ class FedChannel(Channel[T]):
             except (Exception, Cancelled) as exc:
                 self.fed_end(exc, completed=False)
         return super().next_batch()
+
+    def first_item_left(self) -> Optional[float]:
+        """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
+        if self._first is None or self._taken:
+            return None
+        return self._created + self._first - self._now()
 
     def set_resume(self, resume: Optional[Callable[[], None]]) -> None:
         self._resume = resume
@@ -126,7 +132,7 @@ def fed_stream(
         max_buffered=max_buffered,
         clock=clock,
     )
-    batches = _batches(channel)
+    batches = batches_of(channel)
     next(batches)
     channel.start_fed()
     return GuardedStream(channel, itertools.chain.from_iterable(batches))

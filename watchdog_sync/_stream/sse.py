@@ -35,7 +35,7 @@ from .._http.translate import Translator
 from . import engine, sse_feed
 from .fed import fed_stream
 from .framing import EventFramer
-from .stream import DEFAULT_MAX_BUFFERED, GuardedStream, StreamStats, _budgets_to_watch
+from .stream import DEFAULT_MAX_BUFFERED, GuardedStream, StreamStats, budgets_to_watch
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "open_sse", "stream_sse"]
 
@@ -273,7 +273,7 @@ def open_sse(
                 idle=idle_c,
                 first=first_limit(off(first) if named else AS_IDLE, idle_c, "first_item_timeout"),
                 first_named=named,
-                budgets=_budgets_to_watch(budget),
+                budgets=budgets_to_watch(budget),
                 explicit=budget,
                 on_timeout=stop,
                 max_buffered=DEFAULT_MAX_BUFFERED,

@@ -104,10 +104,10 @@ def opener(
         own = session is None
         active = Session() if session is None else session
         follow = str(method).upper() in FOLLOWED_METHODS
-        first = channel._first if channel._taken == 0 else None
         # The first-event limit bounds the connect and the wait for the headers too: this
         # runs in the consumer's thread, which must be back by then.
-        read = None if first is None else max(0.001, channel._created + first - channel._now())
+        left = channel.first_item_left()
+        read = None if left is None else max(0.001, left)
         first_cuts_connect = read is not None and (connect is None or read < connect)
         connect_limit = read if first_cuts_connect else connect
         try:

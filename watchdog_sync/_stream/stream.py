@@ -30,13 +30,15 @@ __all__ = [
     "READER_THREAD_NAME",
     "GuardedStream",
     "StreamStats",
+    "batches_of",
+    "budgets_to_watch",
     "guard_stream",
 ]
 
 T = TypeVar("T")
 
 
-def _batches(channel: Channel[T]) -> Iterator[Iterator[T]]:
+def batches_of(channel: Channel[T]) -> Iterator[Iterator[T]]:
     """Yield one iterator per batch; closing (or collecting) it ends the stream."""
     try:
         yield iter(())  # primed at creation, so that collecting it always runs the finally
@@ -209,19 +211,19 @@ def guard_stream(
         idle=idle,
         first=first,
         first_named=first_item_timeout is not AS_IDLE and first_item_timeout is not None,
-        budgets=_budgets_to_watch(budget),
+        budgets=budgets_to_watch(budget),
         explicit=budget,
         on_timeout=on_timeout,
         max_buffered=max_buffered,
         clock=stream_clock,
     )
-    batches = _batches(channel)
+    batches = batches_of(channel)
     next(batches)
     channel.start(source, iterator)
     return GuardedStream(channel, itertools.chain.from_iterable(batches))
 
 
-def _budgets_to_watch(explicit: Optional[Budget]) -> List[Budget]:
+def budgets_to_watch(explicit: Optional[Budget]) -> List[Budget]:
     scoped = _scope.scoped_budget()
     if explicit is None:
         return [] if scoped is None else [scoped]
