@@ -32,7 +32,7 @@ from .._core.redact import clean_headers, header_secrets, url_secrets
 from .._core.scope import current_budget
 from .._http.http import Session
 from .._http.translate import Translator
-from . import engine, sse_feed
+from . import sse_feed
 from .fed import fed_stream
 from .framing import EventFramer
 from .stream import DEFAULT_MAX_BUFFERED, GuardedStream, StreamStats, budgets_to_watch
@@ -249,8 +249,8 @@ def open_sse(
 
     def stop() -> None:
         abort.cancel("stream_stopped")
-        for feed in feeds:
-            engine.kick(feed)  # a paused socket is watched again, so its shutdown is seen
+        for body in feeds:
+            body.kick()  # a paused socket is watched again, so its shutdown is seen
 
     idle_c = idle_limit(off(idle), "idle_timeout")
     mark = _mark(url, base, idle) if observe else None

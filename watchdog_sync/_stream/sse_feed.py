@@ -14,23 +14,24 @@ import http.client
 import io
 import ssl
 import time
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any, Callable, Iterator, List, Mapping, Optional
 
 import requests
 
 from .._core.budget import Budget
-from .._core.errors import Cancelled, StreamProtocolError, WatchdogError
+from .._core.errors import StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
 from .._core.scope import using_budget
 from .._http.http import Session
 from .._http.redirect import FOLLOWED_METHODS, is_redirect
 from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
 from . import engine
-from .body import body_pieces, decoder_for
+from .body import FramingDecoder, body_pieces, decoder_for
 from .fed import FedChannel, OpenTimedOut
 from .framing import EventFramer
 from .parse import parse_events
-from .wire import Gate, is_activity
+from .pipeline import BodyFeed
+from .wire import is_activity
 
 _ERROR_BODY_LIMIT = 4096
 _FIRST_READ = max(engine.TURN_BYTES, io.DEFAULT_BUFFER_SIZE)  # http.client's buffer, whole
@@ -86,6 +87,83 @@ def _http_response(response: requests.Response) -> http.client.HTTPResponse:
     return raw
 
 
+class _HTTPClientFraming:
+    """A body under http.client: chunked, sized or close-delimited, decoded by us."""
+
+    def __init__(
+        self,
+        decoder: FramingDecoder,
+        abort: Budget,
+        errors: Any,
+        truncated: Callable[[], bool],
+        stream_ref: Callable[[], Any],
+        release: Callable[[], None],
+    ) -> None:
+        self._decoder = decoder
+        self._abort = abort
+        self._errors = errors
+        self._truncated = truncated
+        self._stream_ref = stream_ref
+        self._release = release
+
+    @property
+    def done(self) -> bool:
+        return self._decoder.done
+
+    def check(self) -> None:
+        self._abort.check()  # stopped from outside: do not parse what was already queued
+
+    def payload(self, data: Optional[bytes]) -> bytes:
+        assert data is not None
+        try:
+            return self._decoder.feed(data)
+        except http.client.HTTPException as exc:
+            raise self._errors.error(exc) from exc
+
+    def parse(self, framed: List[bytes]) -> List[Any]:
+        try:
+            return parse_events(framed)
+        except UnicodeDecodeError as exc:
+            raise self._errors.error(exc) from exc
+
+    def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
+        if isinstance(error, (OSError, http.client.HTTPException)):
+            self._abort.check()  # our own shutdown caused it: the budget's end, not a reset
+            cause, error = error, self._errors.error(error)
+            error.__cause__ = cause
+        elif error is None:
+            self._abort.check()  # an EOF caused by our own shutdown is not a clean end
+            if eof:
+                try:
+                    self._decoder.eof()
+                except http.client.HTTPException as exc:
+                    return self._errors.error(exc)  # type: ignore[no-any-return]
+            current = self._stream_ref()
+            if current is not None:
+                current.truncated = self._truncated()
+        return error
+
+    def release(self, clean: bool) -> None:
+        self._release()
+
+
+def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Iterator[bytes]:
+    """The bytes that arrived with the headers, from http.client's buffer: each read asks
+    for at least the buffer's size, so none is left where select() cannot see it, and at
+    most one reader turn's worth is taken (a flood from the first byte goes on on the
+    reader, and the first-event limit holds)."""
+    given = 0
+    while not framing.done and given < engine.TURN_BYTES:
+        try:
+            data = raw.fp.read1(_FIRST_READ)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return
+        if not data:
+            return
+        given += len(data)
+        yield data
+
+
 def opener(
     *,
     session: Optional[Session],
@@ -98,7 +176,7 @@ def opener(
     framer: EventFramer,
     stream_ref: Callable[[], Any],
     abort: Budget,
-    feeds: List[engine.Feed],
+    feeds: List[BodyFeed[Any]],
 ) -> Callable[[FedChannel[Any]], None]:
     def open_(channel: FedChannel[Any]) -> None:
         own = session is None
@@ -150,91 +228,21 @@ def opener(
             response.close()
             if own:
                 active.close()
+            feeds.clear()  # no cycle stays behind (stop -> feeds -> body -> stop)
 
         try:
             _check_response(response, method, errors)
             raw = _http_response(response)
             sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
-            decoder = decoder_for(raw)
-            gate = Gate(framer.limit, is_activity)  # pings are no activity: held back
-            state: List[engine.Feed] = []
-
-            def take(data: bytes) -> bool:
-                abort.check()  # stopped from outside: do not parse what was already queued
-                try:
-                    payload = decoder.feed(data)
-                except http.client.HTTPException as exc:
-                    raise errors.error(exc) from exc
-                events: List[Any] = []
-                if payload:
-                    try:
-                        events = parse_events(gate.pass_on(framer.feed(payload))[0])
-                    except UnicodeDecodeError as exc:
-                        raise errors.error(exc) from exc
-                room = channel.offer(events) if events else True
-                framer.check()
-                if state:
-                    state[0].finished = decoder.done
-                return room
-
-            def end(error: Optional[BaseException], eof: bool) -> None:
-                try:
-                    if isinstance(error, (OSError, http.client.HTTPException)):
-                        abort.check()
-                        cause, error = error, errors.error(error)
-                        error.__cause__ = cause
-                    elif error is None:
-                        abort.check()  # an EOF caused by our own shutdown is not a clean end
-                        if eof:
-                            try:
-                                decoder.eof()
-                            except http.client.HTTPException as exc:
-                                error = errors.error(exc)
-                        if error is None:
-                            current = stream_ref()
-                            if current is not None:
-                                current.truncated = framer.truncated()
-                except Cancelled as exc:
-                    error = exc
-                finally:
-                    release()
-                    # No cycle stays behind (feed -> take -> state -> feed, stop -> feeds):
-                    state.clear()
-                    feeds.clear()
-                    channel.set_resume(None)
-                    channel.fed_end(error, completed=error is None)
-                    error = None
-
-            if sock is None:
-                end(None, True)
-                return
-            sock.settimeout(0)
-            made_non_blocking.append(sock)
-            # The bytes that arrived with the headers sit in http.client's buffer; each read
-            # asks for at least the buffer's size, so none is left where select() cannot see
-            # it. At most one reader turn's worth is taken here: a flood from the first byte
-            # goes on on the reader, and the first-event limit holds.
-            try:
-                given = 0
-                while not decoder.done and given < engine.TURN_BYTES:
-                    try:
-                        data = raw.fp.read1(_FIRST_READ)
-                    except (BlockingIOError, ssl.SSLWantReadError):
-                        break
-                    given += len(data)
-                    if not data or not take(data):  # a full buffer: the reader goes on later
-                        break
-            except (Exception, Cancelled) as exc:
-                end(exc, False)
-                return
-            feed = engine.Feed(sock, take, end, channel.flush)
-            state.append(feed)
-            feeds.append(feed)
-            if decoder.done:
-                end(None, False)
-                return
-            channel.set_resume(lambda: engine.kick(feed))
-            engine.add(feed)
+            framing = _HTTPClientFraming(
+                decoder_for(raw), abort, errors, lambda: framer.truncated(), stream_ref, release
+            )
+            if sock is not None:
+                sock.settimeout(0)
+                made_non_blocking.append(sock)
+            fed: BodyFeed[Any] = BodyFeed(sock, framing, framer, is_activity, framing.parse)
+            feeds.append(fed)
+            fed.start(channel, _buffered(raw, framing))
         except BaseException:
             release()
             raise
