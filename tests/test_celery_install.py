@@ -171,6 +171,24 @@ def test_a_malformed_deadline_header_is_ignored_with_a_log_line(
     assert any(HEADER_DEADLINE in record.getMessage() for record in caplog.records)
 
 
+@pytest.mark.parametrize("header", [HEADER_DEADLINE, HEADER_TIMEOUT])
+@pytest.mark.parametrize(
+    "bad",
+    [10**400, -(10**400), float("inf"), "-inf", "1e400"],
+    ids=["10**400", "-10**400", "inf", "text -inf", "text 1e400"],
+)
+def test_a_deadline_header_past_the_range_of_a_float_is_ignored_not_an_overflow_error(
+    unit: _App, header: str, bad: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21: ``10**400`` failed the task with OverflowError; now it runs as with no header."""
+    with caplog.at_level(logging.WARNING, logger="watchdog_sync"):
+        result = _apply(unit, {header: bad})
+    assert result.get() is None  # unbounded: nothing taken from the header
+    assert unit.ran == ["t"]
+    logged = [record.getMessage() for record in caplog.records if header in record.getMessage()]
+    assert logged and all(len(line) < 200 for line in logged), logged
+
+
 def test_after_undo_the_task_runs_unwrapped(unit: _App) -> None:
     install(unit.app)
     unit.app.finalize()
