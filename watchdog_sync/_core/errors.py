@@ -283,7 +283,9 @@ class StreamProtocolError(WatchdogError):
 
     Reasons: ``'no_finish_reason'`` (ended without finishing; retryable only
     before any chunk was delivered), ``'malformed_event'``, ``'event_too_large'``,
-    ``'unexpected_content_type'``, ``'stream_error'`` (the server sent an error object).
+    ``'unexpected_content_type'``, ``'malformed_framing'`` (an event stream's chunked
+    framing breaks HTTP/1.1; not retryable), ``'stream_error'`` (the server sent an error
+    object).
     """
 
     default_reason = "malformed_event"
