@@ -346,3 +346,27 @@ def test_a_result_already_stored_comes_back_at_once_inside_a_scope(waiting: _App
     waiting.app.backend.store_result("done-1", 42, "SUCCESS")
     with deadline(1):
         assert AsyncResult("done-1", app=waiting.app).get() == 42
+
+
+def test_a_result_of_a_task_that_ignores_results_is_none_at_once_inside_a_scope(
+    waiting: _App,
+) -> None:
+    """As Celery has it: nothing to wait for (not a wait until the deadline)."""
+    result = waiting.seen.delay("t")
+    result.ignored = True
+    started = time.monotonic()
+    with deadline(2):
+        assert result.get() is None
+    assert time.monotonic() - started < 0.5
+
+
+def test_the_deprecated_wait_alias_is_bounded_too(waiting: _App) -> None:
+    result = waiting.seen.delay("t")
+
+    def wait() -> None:
+        with deadline(0.2):
+            result.wait(timeout=3)
+
+    error, ended = _raised(wait)
+    assert isinstance(error, DeadlineExceeded), repr(error)
+    assert ended < 0.7

@@ -1,9 +1,11 @@
 """Celery: waiting for a result inside a deadline scope waits at most the time left.
 
-Once :func:`~watchdog_sync.celery.install` ran for an app, ``AsyncResult.get()``,
-``ResultSet.join()`` / ``join_native()`` (so ``ResultSet.get()`` and ``GroupResult``'s
-too) of that app's results, called inside a :func:`~watchdog_sync.deadline` scope, wait
-at most what is left of the scope's budget; at its end they raise
+Once :func:`~watchdog_sync.celery.install` ran for an app, ``AsyncResult.get()`` (and its
+deprecated alias ``wait()``), ``ResultSet.join()`` / ``join_native()`` (so
+``ResultSet.get()`` and ``GroupResult``'s too) of that app's results, called inside a
+:func:`~watchdog_sync.deadline` scope, wait at most what is left of the scope's budget
+(a result of a task with ``ignore_result`` is ``None`` at once, as in Celery); at its end
+they raise
 :class:`~watchdog_sync.Cancelled`, which the scope turns into
 :class:`~watchdog_sync.DeadlineExceeded` (``cancel()``: ``OperationCancelled``). An
 explicit ``timeout=`` smaller than the time left still wins, with Celery's own
@@ -105,6 +107,7 @@ def _patch(celery_result: Any) -> None:
     async_result, result_set = celery_result.AsyncResult, celery_result.ResultSet
     wrappers = (
         (async_result, "get", _wrap_get),
+        (async_result, "wait", _wrap_get),  # Celery's deprecated alias of get
         (result_set, "join", _wrap_join),
         (result_set, "join_native", _wrap_join_native),
     )
@@ -145,7 +148,7 @@ def _wrap_get(
     @functools.wraps(original)
     def get(self: Any, *args: Any, **kwargs: Any) -> Any:
         budget = _bounding(self.app)
-        if budget is None:
+        if budget is None or getattr(self, "ignored", False):  # ignore_result: None at once
             return original(self, *args, **kwargs)
         call = signature.bind(self, *args, **kwargs).arguments
         if call.get("disable_sync_subtasks", True):
