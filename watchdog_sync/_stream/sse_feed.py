@@ -127,7 +127,9 @@ class _HTTPClientFraming:
             raise self._errors.error(exc) from exc
 
     def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
-        if isinstance(error, (OSError, http.client.HTTPException)):
+        if isinstance(error, (OSError, http.client.HTTPException)) and not isinstance(
+            error, WatchdogError
+        ):  # a foreign read error (ours, a TransportError, is an OSError too)
             self._abort.check()  # our own shutdown caused it: the budget's end, not a reset
             cause, error = error, self._errors.error(error)
             error.__cause__ = cause
