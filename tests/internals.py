@@ -36,6 +36,7 @@ from watchdog_sync._stream.body import FramingDecoder, body_pieces
 from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME
 from watchdog_sync._stream.fed import FedChannel, fed_stream
 from watchdog_sync._stream.framing import EventFramer
+from watchdog_sync._stream.limits import StreamLimits
 from watchdog_sync._stream.parse import parse_events
 from watchdog_sync._stream.sse import SSEStream
 from watchdog_sync._stream.sse_feed import _http_response
@@ -82,6 +83,7 @@ __all__ = [
     "READER_THREAD_NAME",
     "SCENARIOS",
     "SHARED_READER_THREAD_NAME",
+    "StreamLimits",
     "FramingDecoder",
     "_GUARD_ATTR",
     "BodyDecoder",

@@ -15,14 +15,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.calls import CallMark
-from .._core.config import AS_IDLE
-from .._core.durations import off
 from .._core.errors import Cancelled, StreamIdleTimeout, StreamProtocolError, WatchdogError
 from .._core.events import Event, context_with_fields, emit, event_fields
 from .._core.redact import excerpt
 from .._http.json_object import json_object
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
+from .._stream.limits import StreamLimits
 from .._stream.sse import SSEStream, open_sse
 from .._stream.stream import StreamStats
 from .._stream.wire import PING, no_finish_reason
@@ -254,13 +253,13 @@ class ChatStream:
             json=call.body,
             headers=call.headers,
             session=call.session,
-            idle_timeout=call.idle_timeout,
-            first_event_timeout=(  # the same limit as idle: errors then name idle_timeout
-                AS_IDLE
-                if call.first_event_timeout == call.idle_timeout
-                else off(call.first_event_timeout)
+            limits=StreamLimits(
+                call.idle_timeout,
+                call.first_event_timeout,
+                # the same limit as idle: errors then name idle_timeout
+                first_named=call.first_event_timeout != call.idle_timeout,
             ),
-            connect_timeout=off(call.connect_timeout),
+            connect=call.connect_timeout,
             translator=call.translator(self.attempts),
         )
         self._sse = sse

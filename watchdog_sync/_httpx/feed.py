@@ -47,10 +47,9 @@ import socket
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .._core.clock import MONOTONIC
-from .._stream.channel import DEFAULT_MAX_BUFFERED
 from .._stream.fed import fed_stream
 from .._stream.framing import EventFramer
+from .._stream.limits import StreamLimits
 from .._stream.pipeline import BodyFeed
 from .._stream.stream import GuardedStream, budgets_to_watch
 from .._stream.wire import EventWatch
@@ -72,8 +71,7 @@ def fed_events(
     framer: Optional[EventFramer],
     watch: EventWatch,
     shutter: Shutter,
-    idle: Optional[float],
-    first: Optional[float],
+    limits: StreamLimits,
 ) -> Optional[Tuple[GuardedStream[bytes], Callable[[], None]]]:
     """The guarded events of ``response``'s body read by the shared reader, and a function
     that closes the connection (idempotent); ``None`` when the response is of another shape
@@ -95,14 +93,10 @@ def fed_events(
 
     guarded: GuardedStream[bytes] = fed_stream(
         lambda channel: body.start(channel, framing.buffered()),
-        idle=idle,
-        first=first,
-        first_named=True,
+        limits=limits,
         budgets=budgets_to_watch(None),
         explicit=None,
         on_timeout=stop,
-        max_buffered=DEFAULT_MAX_BUFFERED,
-        clock=MONOTONIC,
     )
     return guarded, framing.close_connection
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional
 
-from .._core.durations import off
 from .._stream.framing import EventFramer
-from .._stream.stream import GuardedStream, guard_stream
+from .._stream.limits import StreamLimits
+from .._stream.stream import GuardedStream, guard_source
 from .._stream.wire import EventWatch, Gate
 from .body import Shutter
 
@@ -56,8 +56,7 @@ def threaded_events(
     framer: Optional[EventFramer],
     watch: EventWatch,
     shutter: Shutter,
-    idle: Optional[float],
-    first: Optional[float],
+    limits: StreamLimits,
 ) -> GuardedStream[bytes]:
     """The guarded events of the body ``inner`` (httpx's stream), read by a thread of their own.
 
@@ -74,9 +73,5 @@ def threaded_events(
             close()
         inner.close()
 
-    return guard_stream(
-        event_source(pieces, framer, watch, let_go),
-        idle_timeout=off(idle),
-        first_item_timeout=off(first),
-        on_timeout=shutter.shut,
-    )
+    source = event_source(pieces, framer, watch, let_go)
+    return guard_source(source, source, limits, on_timeout=shutter.shut)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from .._core import events as _events
 from .._core.budget import Budget, _noop
-from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET, first_limit, idle_setting
+from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
 from .._core.errors import StreamIdleTimeout
 from .._core.events import event_fields, observed
@@ -51,6 +51,7 @@ from .._core.scope import boundary, joined_budget, using_budget
 from .._http import propagation as _propagation
 from .._retry.loop import in_retry_attempt
 from .._stream.framing import EventFramer
+from .._stream.limits import StreamLimits, stream_limits
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .._stream.wire import EventWatch
 from .body import BoundedBody, EventBody, Shutter, socket_of
@@ -200,16 +201,15 @@ class HTTPXTransport(_Base):
             )
         EventFramer(max_event_bytes)  # the framer checks the value and names the parameter
         self._transport = transport
-        self._idle = idle_setting(idle_timeout)
-        self._first = first_limit(first_event_timeout, self._idle, "first_event_timeout")
+        self._limits = stream_limits(idle_timeout, first_event_timeout, "first_event_timeout")
         self._budget = budget
         self._max_event_bytes = max_event_bytes
         self._propagate = _propagation.check_propagate(propagate)
 
     def __repr__(self) -> str:
         return (
-            f"<watchdog_sync.HTTPXTransport around {self._transport!r} idle_timeout={self._idle} "
-            f"first_event_timeout={self._first} budget={self._budget!r}"
+            f"<watchdog_sync.HTTPXTransport around {self._transport!r} idle_timeout={self._limits.idle} "
+            f"first_event_timeout={self._limits.first} budget={self._budget!r}"
             f"{' propagate=True' if self._propagate else ''}>"
         )
 
@@ -237,7 +237,7 @@ class HTTPXTransport(_Base):
         wrapped transport's own errors otherwise.
         """
         budget, owner, release = joined_budget(self._budget, stage="http")
-        mark = call_mark(request, budget, self._idle) if observed() else None
+        mark = call_mark(request, budget, self._limits.idle) if observed() else None
         try:
             with boundary(budget, owner), event_fields(**({} if mark is None else mark.fields())):
                 budget.check()
@@ -256,16 +256,16 @@ class HTTPXTransport(_Base):
     ) -> Any:
         timeouts = _clipped(request.extensions.get("timeout"), budget.remaining())
         # A stream silent before its first event is sent again: only with a body in memory.
-        streaming = self._first is not None and asks_for_stream(request)
+        streaming = self._limits.first is not None and asks_for_stream(request)
         replayable = streaming and body_in_memory(request) is not None
         send = 0
         while True:
             send += 1
             started = time.monotonic()
             live = dict(timeouts)
-            first_bound = streaming and _shorter(self._first, live.get("read"))
+            first_bound = streaming and _shorter(self._limits.first, live.get("read"))
             if first_bound:
-                live["read"] = self._first  # the headers are part of the first-event wait
+                live["read"] = self._limits.first  # the headers are part of the first-event wait
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             if self._propagate or _propagation.forced():
                 mark_deadline(request, budget)  # computed now, for this send
@@ -298,13 +298,13 @@ class HTTPXTransport(_Base):
                 _resent(send, "no first event", budget)
 
     def _first_event_error(self, sends: int, lifetime: float) -> StreamIdleTimeout:
-        assert self._first is not None
+        assert self._limits.first is not None
         times = "once" if sends == 1 else f"{sends} times"
         return StreamIdleTimeout(
-            f"no first event within {self._first:g}s of sending the request (sent {times}); "
+            f"no first event within {self._limits.first:g}s of sending the request (sent {times}); "
             "if the server is legitimately this slow, raise first_event_timeout= (or "
             f"idle_timeout=, or the {ENV_IDLE_TIMEOUT} environment variable)",
-            idle_timeout=self._first,
+            idle_timeout=self._limits.first,
             chunks_received=0,
             stream_lifetime=lifetime,
             stage="http",
@@ -345,14 +345,13 @@ class HTTPXTransport(_Base):
         framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
         watch = EventWatch()
         first = None
-        if self._first is not None:
-            first = max(_FLOOR, self._first - (time.monotonic() - started))
+        if self._limits.first is not None:
+            first = max(_FLOOR, self._limits.first - (time.monotonic() - started))
+        limits = StreamLimits(self._limits.idle, first, first_named=True)  # what this send has left
         with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the shared reader
-            fed = fed_events(response, method, self._lib, framer, watch, shutter, self._idle, first)
+            fed = fed_events(response, method, self._lib, framer, watch, shutter, limits)
             if fed is None:
-                threaded = threaded_events(
-                    response.stream, framer, watch, shutter, self._idle, first
-                )
+                threaded = threaded_events(response.stream, framer, watch, shutter, limits)
                 fed = threaded, _noop
         guarded, close_connection = fed
         items = iter(guarded)

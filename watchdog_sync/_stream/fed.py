@@ -16,9 +16,10 @@ from typing import Callable, List, Optional, TypeVar
 
 from .._core import events as _events
 from .._core.budget import Budget
-from .._core.clock import Clock
+from .._core.clock import MONOTONIC, Clock
 from .._core.errors import Cancelled
-from .channel import Channel
+from .channel import DEFAULT_MAX_BUFFERED, Channel
+from .limits import StreamLimits
 from .stream import GuardedStream, batches_of
 
 __all__ = ["FedChannel", "OpenTimedOut", "fed_stream"]
@@ -112,20 +113,16 @@ class FedChannel(Channel[T]):
 def fed_stream(
     opener: Callable[[FedChannel[T]], None],
     *,
-    idle: Optional[float],
-    first: Optional[float],
-    first_named: bool,
+    limits: StreamLimits,
     budgets: List[Budget],
     explicit: Optional[Budget],
     on_timeout: Optional[Callable[[], object]],
-    max_buffered: int,
-    clock: Clock,
+    max_buffered: int = DEFAULT_MAX_BUFFERED,
+    clock: Clock = MONOTONIC,
 ) -> GuardedStream[T]:
     channel: FedChannel[T] = FedChannel(
         opener,
-        idle=idle,
-        first=first,
-        first_named=first_named,
+        limits=limits,
         budgets=budgets,
         explicit=explicit,
         on_timeout=on_timeout,
