@@ -33,7 +33,8 @@ from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._stream import engine as engine_module
 from watchdog_sync._stream.body import FramingDecoder, body_pieces
-from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME
+from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME, TURN_BYTES, Feed
+from watchdog_sync._stream.engine import add as add_feed
 from watchdog_sync._stream.fed import FedChannel, fed_stream
 from watchdog_sync._stream.framing import EventFramer
 from watchdog_sync._stream.limits import StreamLimits
@@ -83,6 +84,9 @@ __all__ = [
     "READER_THREAD_NAME",
     "SCENARIOS",
     "SHARED_READER_THREAD_NAME",
+    "TURN_BYTES",
+    "Feed",
+    "add_feed",
     "StreamLimits",
     "FramingDecoder",
     "_GUARD_ATTR",
