@@ -262,7 +262,7 @@ def test_run_samples_over_60_samples_on_2_workers_10_of_them_hanging(
 ) -> None:
     """50 ok, 10 deadline_exceeded (silent streams, a busy loop, a sleep(600)), each ended by its
     timeout + 0.5 s; the wall time within 10 % of the ideal schedule; nothing left running."""
-    timeout, work = 1.0, 0.5
+    timeout, work = 1.0, 0.6
     ok_url = fault_gateway.base_url("ok")
     hanging: List[Tuple[str, Any]] = [("busy", None), ("sleep", 600.0)]
     hanging += [("silent", fault_gateway.base_url("silent_after_200"))] * 8

@@ -121,7 +121,7 @@ def run_samples(
     so no worker keeps running it; a runner that does not answer within
     ``timeout`` + 0.4 s is killed too (``abandoned=True``). Every result comes
     back by ``timeout`` + 0.5 s (plus scheduling delay on a loaded machine).
-    A replacement runner takes a new worker process (about 0.4 s to start
+    A replacement runner takes a new worker process (0.4-0.8 s to start
     here); a sample is sent to it only once it has started. A sample that
     kills its worker process comes back with ``reason='process_exited'``.
 

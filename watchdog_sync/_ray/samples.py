@@ -10,7 +10,7 @@ deadline and its runner takes the next; one that ignores it (pure CPU,
 runner, still holding that thread, is killed (``ray.kill``) and replaced. A
 runner that does not answer by the timeout plus :data:`KILL_GRACE` is killed
 as well and its sample reported ``abandoned``. Killed runners are replaced by
-new actors, which take each a new worker process (about 0.4 s here), so a
+new actors, which take each a new worker process (0.4-0.8 s here), so a
 sample never waits in a queue behind a dying one.
 
 The caller's loop is a generator over ``ray.wait``: each wait ends at the
@@ -228,7 +228,10 @@ class _Run:
             if slot.ref in ready:
                 yield slot.index, self._finished(slot)
             elif time.monotonic() >= slot.kill_at:
-                yield slot.index, self._overran(slot)
+                if ray.wait([slot.ref], timeout=0)[0]:  # it answered after all
+                    yield slot.index, self._finished(slot)
+                else:
+                    yield slot.index, self._overran(slot)
         if budget is not None:
             budget.check()  # the enclosing scope ended: the runners are killed on the way out
 
