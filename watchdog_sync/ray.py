@@ -85,6 +85,8 @@ def get(refs: Any, *, cancel: bool = True) -> Any:
     :class:`~watchdog_sync.DeadlineExceeded` (or ``OperationCancelled``), so
     ``except Exception`` inside the scope cannot swallow it. With
     ``cancel=False`` the tasks are left running, as ``ray.get(timeout=)`` does.
+    Fetching finished values cannot be cut short: values whose fetch ended
+    after the deadline are not returned (the scope's end is raised instead).
 
     A task that raised a :class:`~watchdog_sync.WatchdogError` makes ``get``
     raise that error, with its class, reason and fields (the ``RayTaskError``

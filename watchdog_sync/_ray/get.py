@@ -56,6 +56,8 @@ def get(refs: Any, *, cancel: bool = True) -> Any:
         values = ray.get(wanted)
     except ray.exceptions.RayTaskError as exc:
         raise unwrapped(exc) from exc
+    if budget is not None:
+        budget.check()  # fetching the values cannot be cut: a fetch that ended late is no success
     return values[0] if single else values
 
 
