@@ -218,6 +218,7 @@ def _one(item: Any) -> Any:
         ({"max_in_flight": 0}, ValueError, "max_in_flight"),
         ({"max_in_flight": True}, ValueError, "max_in_flight"),
         ({"max_in_flight": 1.5}, ValueError, "max_in_flight"),
+        ({"max_restarts": 2}, ValueError, "leave max_restarts out"),
     ],
 )
 def test_run_samples_rejects_bad_arguments_at_the_call(

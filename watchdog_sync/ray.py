@@ -140,7 +140,8 @@ def run_samples(
 
     Raises:
         TypeError: ``fn`` is not callable or ``items`` is not iterable.
-        ValueError: ``timeout`` is not finite and > 0, or ``max_in_flight`` < 1.
+        ValueError: ``timeout`` is not finite and > 0, ``max_in_flight`` < 1, or
+            ``max_restarts`` is given (the runners are replaced by ``run_samples``).
         RuntimeError: Ray is not initialized (call ``ray.init(...)`` first).
     """
     return _samples.run_samples(

@@ -101,6 +101,11 @@ def run_samples(
             f"max_in_flight must be a whole number >= 1 (or None: one per free CPU), "
             f"got {max_in_flight!r}"
         )
+    if ray_options.get("max_restarts", 0) != 0:
+        raise ValueError(
+            "run_samples replaces a runner it killed by itself: leave max_restarts out "
+            f"(got max_restarts={ray_options['max_restarts']!r})"
+        )
     try:
         iterator = iter(items)
     except TypeError:
@@ -142,7 +147,7 @@ class _Run:
         self._timeout = timeout
         self._max_in_flight = max_in_flight
         options.setdefault("num_cpus", 1)
-        options.setdefault("max_restarts", 0)  # a dead runner is replaced here, not by Ray
+        options["max_restarts"] = 0  # a dead runner is replaced here, not by Ray
         self._options = options
         self._slots: List[_Slot] = []
         self._ray: Any = None
