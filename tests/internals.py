@@ -27,6 +27,7 @@ from watchdog_sync._http.json_object import json_object
 from watchdog_sync._httpx.call import request_model
 from watchdog_sync._propagate.celery import HEADER_DEADLINE, HEADER_TIMEOUT, task_window
 from watchdog_sync._propagate.wallclock import time_left
+from watchdog_sync._ray.carry import carried_now, run_carried, seconds_left
 from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
@@ -100,6 +101,7 @@ __all__ = [
     "body_pieces",
     "buffered_body_events",
     "buffered_events",
+    "carried_now",
     "clip_timeout",
     "config_module",
     "context_with_fields",
@@ -117,8 +119,10 @@ __all__ = [
     "redact_module",
     "pooled_connections",
     "request_model",
+    "run_carried",
     "run_demo",
     "sample_preload_module",
+    "seconds_left",
     "shared_reader_lock",
     "error_event",
     "json_object",
