@@ -2,7 +2,8 @@
 
 The order is the design's (DESIGN.md, "Classification, in order"); the first
 rule that matches wins. Foreign exceptions (requests, urllib3, socket,
-http.client, httpx / httpx2 and httpcore, the openai and anthropic SDKs) are
+http.client, httpx / httpx2 and httpcore, the openai, anthropic and
+google-genai SDKs) are
 read through ``__cause__`` / ``__context__`` chains and the wrappers' own
 fields (``response.status_code``, ``response.headers``, ``body``), to a
 bounded depth, without importing those libraries (``foreign.py``).
@@ -34,7 +35,14 @@ from .._core.errors import (
     WatchdogError,
 )
 from .._core.status import RETRYABLE_STATUS, status_verdict
-from .foreign import is_foreign, is_foreign_transport, name_code, provider_status
+from .foreign import (
+    is_foreign,
+    is_foreign_transport,
+    name_code,
+    provider_quota_used_up,
+    provider_retry_delay,
+    provider_status,
+)
 
 __all__ = ["Classification", "classify", "parse_retry_after", "transport_advice"]
 
@@ -181,7 +189,12 @@ def _http(exc: BaseException, status: int, body: str, headers: Mapping[str, str]
     retry_after = parse_retry_after(headers)
     if isinstance(exc, HTTPStatusError) and exc.retry_after is not None:
         retry_after = exc.retry_after
+    if retry_after is None:
+        retry_after = provider_retry_delay(body)  # Google's RetryInfo.retryDelay
     reason, retryable = status_verdict(status, body)
+    used_up = provider_quota_used_up(body) if status == 429 else None
+    if used_up is not None:  # Google's QuotaFailure says which quota: per day, or per minute
+        reason, retryable = ("quota_exceeded", False) if used_up else ("rate_limited", True)
     if isinstance(exc, WatchdogError) and exc.retryable is False:
         retryable = False  # an inner layer already decided
     return Classification("http", reason, retryable, None, status, retry_after)
@@ -217,6 +230,8 @@ def _find_status(exc: BaseException) -> Optional[Tuple[int, str, Mapping[str, st
         status = _attr(response, "status_code")
         if not _is_status(status) and is_foreign(node):
             status = provider_status(_attr(node, "body")) or status
+            if not _is_status(status):
+                status = _attr(node, "code")  # google-genai's APIError (an error in a stream)
         if _is_status(status):
             headers = _attr(response, "headers")
             return (
@@ -236,6 +251,8 @@ def _status_text(node: BaseException, response: Any) -> str:
     """The response's text, or the SDK error's parsed ``body`` (quota and context hints)."""
     text = _response_text(response)
     body = _attr(node, "body")
+    if body is None and is_foreign(node):
+        body = _attr(node, "details")  # google-genai's APIError: the parsed error body
     if not text and body is not None and is_foreign(node):
         try:
             text = body if isinstance(body, str) else json.dumps(body, default=str)
