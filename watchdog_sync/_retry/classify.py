@@ -11,6 +11,7 @@ bounded depth, without importing those libraries (``foreign.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import email.utils
 import errno
@@ -128,8 +129,19 @@ def classify(exc: BaseException) -> Classification:
     programming errors; 8. anything else: not retryable.
 
     A foreign error raised ``from`` one of ours (an SDK's ``APIConnectionError``
-    wrapping a :class:`DeadlineExceeded`, say) is classified as ours.
+    wrapping a :class:`DeadlineExceeded`, say), or raised while handling one
+    (LiteLLM's wrappers: its ``original_exception``, its ``__context__``), is
+    classified as ours. A foreign error that says chunks were already delivered
+    (LiteLLM's ``MidStreamFallbackError`` with ``is_pre_first_chunk=False``) is
+    never retryable: a replay would repeat them.
     """
+    verdict = _classify(exc)
+    if verdict.retryable and is_foreign(exc) and _attr(exc, "is_pre_first_chunk") is False:
+        return dataclasses.replace(verdict, retryable=False)
+    return verdict
+
+
+def _classify(exc: BaseException) -> Classification:
     own = _wrapped_own(exc)
     if own is not None:
         return classify(own)
@@ -162,16 +174,25 @@ def classify(exc: BaseException) -> Classification:
 
 
 def _wrapped_own(exc: BaseException) -> Optional[BaseException]:
-    """Ours, when ``exc`` is a foreign error that wraps it (``raise ... from ours``)."""
+    """Ours, when ``exc`` is a foreign error that wraps it: ``raise ... from ours``, or a
+    foreign wrapper raised while handling ours (LiteLLM re-raises the SDK's error as its
+    own, without ``from``; its ``MidStreamFallbackError`` keeps ``original_exception``)."""
     if isinstance(exc, (WatchdogError, Cancelled)):
         return None
-    node = exc.__cause__
+    node: Optional[BaseException] = exc
     for _ in range(_MAX_DEPTH):
         if node is None:
             return None
         if isinstance(node, (WatchdogError, Cancelled)):
             return node
-        node = node.__cause__
+        nxt = node.__cause__
+        if nxt is None and is_foreign(node):
+            original = _attr(node, "original_exception")
+            if isinstance(original, BaseException):
+                nxt = original
+            elif not node.__suppress_context__:
+                nxt = node.__context__
+        node = nxt
     return None
 
 
