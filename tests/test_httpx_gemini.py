@@ -254,3 +254,11 @@ def test_a_too_long_prompt_is_context_length() -> None:
     )
     verdict = ws.classify(_raised(400, "INVALID_ARGUMENT", message))
     assert (verdict.reason, verdict.retryable) == ("context_length", False)
+
+
+def test_invalid_utf8_is_a_malformed_event(fault_gateway: FaultGateway, sdk: MakeSDK) -> None:
+    """google-genai would decode it with replacement characters: ours says it is malformed."""
+    base = fault_gateway.base_url("invalid_utf8", api="gemini")
+    with pytest.raises(ws.StreamProtocolError) as info, ws.deadline(5):
+        stream_text(sdk(base))
+    assert info.value.reason == "malformed_event"

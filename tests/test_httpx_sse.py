@@ -105,6 +105,15 @@ def test_an_overloaded_error_event_is_a_classified_529() -> None:
     assert isinstance(odd, ws.StreamProtocolError) and odd.reason == "stream_error"
 
 
+def test_a_data_event_that_is_not_utf8_is_a_malformed_event() -> None:
+    """As stream_sse says of one: no SDK decodes it with replacement characters."""
+    assert EventWatch().note('data: {"text": "h\u00e9"}\n\n'.encode())  # UTF-8 is fine
+    with pytest.raises(ws.StreamProtocolError) as info:
+        EventWatch().note(b'data: {"text": "bad \xff\xfe"}\n\n')
+    assert info.value.reason == "malformed_event"
+    assert not ws.classify(info.value).retryable
+
+
 def test_a_gemini_error_payload_is_a_classified_http_status() -> None:
     """``{"error": {"code": 503, "status": "UNAVAILABLE"}}``: before any event a retryable 503;
     after one, not retryable. An OpenAI-style ``{"error": ...}`` is left to the SDK."""

@@ -23,6 +23,9 @@ whole events through this module, so the rules cannot drift apart:
   :class:`HTTPStatusError` with the status the provider means, retryable by the
   status table only while no event was delivered; else
   ``StreamProtocolError(reason='stream_error')``.
+- **Text.** A data event that is not valid UTF-8 is
+  ``StreamProtocolError('malformed_event')`` (not retryable), as ``stream_sse``
+  says of one: no SDK gets to decode it with replacement characters.
 - **The event cap** is the framer's (:class:`~.framing.EventFramer`).
 
 Events arrive here as the framer hands them on: bytes ending in ``b"\\n\\n"``,
@@ -154,9 +157,12 @@ class EventWatch:
         self.known = False  # the format is one whose terminal event we know
 
     def note(self, event: bytes) -> bool:
-        """True when ``event`` is activity. Raises the error an ``error`` event carries."""
+        """True when ``event`` is activity. Raises the error an ``error`` event carries, and
+        ``StreamProtocolError('malformed_event')`` for a data event that is not UTF-8."""
         if not _has_data(event):
             return False  # a comment, or an event without data
+        if not event.isascii():
+            _check_utf8(event, self.delivered)
         name = _name(event)
         if name is not None:
             if name == b"ping":
@@ -195,6 +201,17 @@ class EventWatch:
         if self.finished or not self.known:
             return
         raise no_finish_reason(self.delivered, "without its terminal event")
+
+
+def _check_utf8(event: bytes, delivered: int) -> None:
+    try:
+        event.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StreamProtocolError(
+            f"an SSE event is not valid UTF-8 ({exc.reason} at byte {exc.start})",
+            reason="malformed_event",
+            chunks_received=delivered,
+        ) from None
 
 
 def no_finish_reason(chunks: int, how: str, **fields: Any) -> StreamProtocolError:
