@@ -126,7 +126,9 @@ class HTTPXTransport(_Base):
             ``idle_timeout``; ``<= 0`` or ``inf``: off; ``None`` means "as
             ``idle_timeout``", deprecated as for :func:`stream_sse`). A stream
             silent that long is sent again (at most twice, within the budget)
-            when nothing was delivered yet, unless the request runs inside a
+            when nothing was delivered yet (a streaming request: ``Accept:
+            text/event-stream``, ``"stream": true`` or a Gemini
+            ``:streamGenerateContent`` / ``alt=sse`` URL), unless the request runs inside a
             ``retry_call`` attempt: then it raises ``StreamIdleTimeout``
             (retryable) and the retry owner decides.
         budget: a budget every request runs under, with the current
@@ -145,8 +147,10 @@ class HTTPXTransport(_Base):
     ``budget=`` and no scope the request raises those itself. A silent event
     stream raises :class:`StreamIdleTimeout`; an event over the cap
     ``StreamProtocolError('event_too_large')``; a stream cut before its
-    terminal event ``StreamProtocolError('no_finish_reason')``; an Anthropic
-    ``error`` event an :class:`HTTPStatusError` (``overloaded_error``: 529).
+    terminal event ``StreamProtocolError('no_finish_reason')`` (a Gemini stream's
+    terminal event is a candidate with ``finishReason``); an Anthropic ``error``
+    event or a Gemini error payload an :class:`HTTPStatusError`
+    (``overloaded_error``: 529; Gemini: its ``code``).
     Transport failures keep httpx's own exception types.
 
     Example::
