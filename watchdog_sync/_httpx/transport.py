@@ -9,7 +9,9 @@ and, for each request:
   response is open, so the budget's end shuts it from outside
   (``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
   thread does not); closing the response lets it go before the connection
-  can return to the pool;
+  can return to the pool; an HTTP/2 event stream that ends early is reset
+  instead, and its socket shut only when no other stream uses it (see
+  :mod:`.http2`);
 * guards a ``text/event-stream`` body like :func:`stream_sse`: the shared
   stream reader (HTTP/1.1, see :mod:`.feed`; else a reader thread) frames
   it into events, data events are activity (comments and ``ping``
@@ -56,6 +58,7 @@ from .._stream.wire import EventWatch
 from .body import BoundedBody, EventBody, Shutter, socket_of
 from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
 from .feed import fed_events
+from .http2 import h2_stream
 from .sse import threaded_events
 
 if TYPE_CHECKING:
@@ -341,6 +344,7 @@ class HTTPXTransport(_Base):
         StreamIdleTimeout here.
         """
         shutter = Shutter(budget, socket_of(response))
+        h2 = h2_stream(response, self._lib)  # HTTP/2: the stream is reset, its reader woken
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
         watch = EventWatch()
@@ -351,7 +355,7 @@ class HTTPXTransport(_Base):
             fed = fed_events(response, method, self._lib, framer, watch, shutter, self._idle, first)
             if fed is None:
                 threaded = threaded_events(
-                    response.stream, framer, watch, shutter, self._idle, first
+                    response.stream, framer, watch, h2 or shutter, self._idle, first
                 )
                 fed = threaded, _noop
         guarded, close_connection = fed
