@@ -134,6 +134,23 @@ def test_a_silent_h2_stream_sharing_its_connection_ends_alone(lib: str, server: 
     assert [c for c, _, _ in server.seen("request")] == [1, 1]
 
 
+def test_a_request_beside_a_quiet_h2_stream_is_answered_at_once(server: H2Server) -> None:
+    """A guarded quiet stream's reader holds httpcore's read lock across its read; a second
+    request on the connection still gets its turn (without one: the read timeout, 1 s)."""
+    timeout = httpx2.Timeout(5, read=1)
+    for _ in range(3):  # without the turn it waits 4 times in 5: 3 tries all but always see it
+        with (
+            make_client("httpx2", server, idle_timeout=10, timeout=timeout) as client,
+            ws.deadline(10),
+        ):
+            quiet = open_stream(client, server.url("stall"))
+            started = time.monotonic()
+            assert read_all(client, server.url("whole")).endswith(b"data: [DONE]\n\n")
+            assert time.monotonic() - started < 0.5
+            quiet.close()
+    assert {c for c, _, _ in server.seen("request")} == {1, 2, 3}
+
+
 @pytest.mark.parametrize("lib", LIBS)
 def test_a_stream_that_times_out_leaves_its_neighbour_whole(lib: str, server: H2Server) -> None:
     """One stream goes silent and times out while another on its connection completes."""
