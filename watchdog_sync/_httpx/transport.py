@@ -149,7 +149,10 @@ class HTTPXTransport(_Base):
     ``StreamProtocolError('event_too_large')``; a stream cut before its
     terminal event ``StreamProtocolError('no_finish_reason')``; an Anthropic
     ``error`` event an :class:`HTTPStatusError` (``overloaded_error``: 529).
-    Transport failures keep httpx's own exception types.
+    Transport failures keep httpx's own exception types. Over HTTP/2
+    (``http2=True``) an event stream that stops before its end is reset
+    (``RST_STREAM``) and its reader thread ends at once; the connection's socket
+    is shut only when no other stream is open on it.
 
     Example::
 
