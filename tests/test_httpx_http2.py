@@ -123,7 +123,8 @@ def test_a_silent_h2_stream_sharing_its_connection_ends_alone(lib: str, server: 
         assert time.monotonic() - started < IDLE + SLACK
         dropped.close()
         assert gone_within([its_reader], 1.0)
-        assert server.seen("reset") == [(1, 3, CANCEL)] and server.seen("ping")
+        assert server.wait_for("reset") and server.wait_for("ping")
+        assert server.seen("reset") == [(1, 3, CANCEL)]
         assert server.seen("closed") == [] and len(readers()) == 1
         started = time.monotonic()
         kept.close()
