@@ -25,6 +25,7 @@ from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
 from watchdog_sync._http.json_object import json_object
 from watchdog_sync._httpx.call import request_model
+from watchdog_sync._httpx.http2 import shape_problems as h2_shape_problems
 from watchdog_sync._propagate.celery import HEADER_DEADLINE, HEADER_TIMEOUT, task_window
 from watchdog_sync._propagate.wallclock import time_left
 from watchdog_sync._ray.carry import carried_now, run_carried, seconds_left
@@ -114,6 +115,7 @@ __all__ = [
     "event_fields",
     "excerpt",
     "fed_stream",
+    "h2_shape_problems",
     "parse_events",
     "parse_retry_after",
     "redact_module",
