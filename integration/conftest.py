@@ -18,6 +18,17 @@ from .litellm_proxy import LiteLLMProxy, Routes
 
 __all__ = ["Nginx", "litellm_proxy", "nginx", "no_leaks"]
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The services here (nginx, LiteLLM, Redis's worker, a Ray cluster) start once per run:
+    refuse pytest-xdist workers (the unit suite's ``-n 2``) with what to type instead."""
+    if getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError(
+            "integration/ runs in one process (its services start once per run): "
+            "pytest integration -n 0"
+        )
+
+
 _START_SECONDS = 5.0
 _STOP_SECONDS = 5.0
 

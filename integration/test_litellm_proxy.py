@@ -2,7 +2,7 @@
 upstream is the FaultGateway.
 
 Needs the ``integration`` extra (``litellm[proxy]``; ``.ci/run`` installs it); run with
-``pytest integration``. One proxy serves the module (see ``integration/litellm_proxy.py``):
+``pytest integration -n 0``. One proxy serves the module (see ``integration/litellm_proxy.py``):
 each route below is one of its models, with LiteLLM's defaults except ``stream_timeout``
 (its own upstream read limit, 2 s here). What reaches the client for each upstream
 incident is in docs/reliability.md, "Behind a LiteLLM proxy".

@@ -1,6 +1,6 @@
 """ChatClient through a real nginx (reverse proxy) in front of the FaultGateway.
 
-Needs the ``nginx`` binary (``.ci/run`` installs it); run with ``pytest integration``.
+Needs the ``nginx`` binary (``.ci/run`` installs it); run with ``pytest integration -n 0``.
 The proxy runs with ``proxy_buffering off`` and ``proxy_http_version 1.1`` (see conftest).
 """
 

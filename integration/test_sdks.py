@@ -4,7 +4,7 @@ its idle watchdog through an openai client on ``httpx_client()`` (``client=``), 
 ``http_client=httpx_client()``; ``retry_call`` the one retry owner.
 
 Needs the ``sdks`` extra (litellm, langchain-openai; ``.ci/run`` installs it before
-``pytest integration``).
+``pytest integration -n 0``).
 """
 
 from __future__ import annotations
