@@ -24,6 +24,8 @@ from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
 from watchdog_sync._httpx.call import request_model
+from watchdog_sync._httpx.httpcore_hooks import shapes as httpcore_shapes
+from watchdog_sync._httpx.instrument_httpx import httpx_patches
 from watchdog_sync._httpx.sse import EventWatch, stream_error
 from watchdog_sync._propagate.celery import HEADER_DEADLINE, HEADER_TIMEOUT, task_window
 from watchdog_sync._propagate.wallclock import time_left
@@ -106,6 +108,8 @@ __all__ = [
     "event_fields",
     "excerpt",
     "fed_stream",
+    "httpcore_shapes",
+    "httpx_patches",
     "parse_events",
     "parse_retry_after",
     "redact_module",

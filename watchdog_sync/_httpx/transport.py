@@ -52,6 +52,8 @@ from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .body import BoundedBody, EventBody, Shutter, socket_of
 from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
 from .feed import fed_events
+from .head import head_phase
+from .httpcore_hooks import bound_pool
 from .sse import EventWatch, threaded_events
 
 if TYPE_CHECKING:
@@ -193,6 +195,7 @@ class HTTPXTransport(_Base):
                 f"budget must be a watchdog_sync.Budget or None, not {type(budget).__name__}"
             )
         EventFramer(max_event_bytes)  # the framer checks the value and names the parameter
+        bound_pool(transport, lib)  # its connect and response head: bounded like the body
         self._transport = transport
         self._idle = idle_setting(idle_timeout)
         self._first = first_limit(first_event_timeout, self._idle, "first_event_timeout")
@@ -258,15 +261,18 @@ class HTTPXTransport(_Base):
             started = time.monotonic()
             live = dict(timeouts)
             first_bound = streaming and _shorter(self._first, live.get("read"))
-            if first_bound:
+            head_until = None
+            if first_bound and self._first is not None:
                 live["read"] = self._first  # the headers are part of the first-event wait
+                head_until = started + self._first  # for the whole head, not per read
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             if self._propagate or _propagation.forced():
                 mark_deadline(request, budget)  # computed now, for this send
             try:
                 token = BOUND.set(True)
                 try:
-                    response = self._transport.handle_request(request)
+                    with head_phase(budget, head_until):  # connect .. last header byte
+                        response = self._transport.handle_request(request)
                 finally:
                     BOUND.reset(token)
             except Exception as exc:
@@ -274,6 +280,11 @@ class HTTPXTransport(_Base):
                     raise
                 response = None  # raised below, outside the handler: the httpx error (and
                 # the request it holds, credentials included) is not chained to ours
+            if response is not None and budget.ended:
+                # A phase below that nothing could interrupt (a custom transport or network
+                # backend) returned past the deadline: no success, whatever it returned.
+                _close_quietly(response)
+                response = None
             if response is None:
                 budget.check()  # the budget's end caused it: say so
                 if replayable and _may_resend(send, budget):
@@ -426,6 +437,13 @@ def _is_event_stream(response: Any) -> bool:
 
 def _is_read_timeout(exc: BaseException) -> bool:
     return any(klass.__name__ == "ReadTimeout" for klass in type(exc).__mro__)
+
+
+def _close_quietly(response: Any) -> None:
+    try:
+        response.close()
+    except Exception:
+        _log.debug("watchdog_sync: closing a response that came too late raised", exc_info=True)
 
 
 def _resent(send: int, why: str, budget: Budget) -> None:
