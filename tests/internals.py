@@ -23,6 +23,7 @@ from watchdog_sync._http.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
 from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
+from watchdog_sync._httpx import head as head_module
 from watchdog_sync._httpx.call import request_model
 from watchdog_sync._httpx.httpcore_hooks import shapes as httpcore_shapes
 from watchdog_sync._httpx.instrument_httpx import httpx_patches
@@ -108,6 +109,7 @@ __all__ = [
     "event_fields",
     "excerpt",
     "fed_stream",
+    "head_module",
     "httpcore_shapes",
     "httpx_patches",
     "parse_events",

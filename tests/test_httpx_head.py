@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Dict, Iterator
 
 import anthropic
+import httpcore2
 import httpx
 import httpx2
 import openai
@@ -24,7 +25,7 @@ import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
 from .httpxstream import KEY, MESSAGES
-from .internals import httpcore_shapes
+from .internals import head_module, httpcore_shapes
 from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -254,3 +255,57 @@ def test_healthy_calls_on_the_hooked_connections_still_succeed(
 def test_httpcore_is_where_the_hooks_reach() -> None:
     """The private names of httpcore2 and httpcore 1.x that the hooks use are there."""
     assert httpcore_shapes() == {"httpx2": True, "httpx": True}
+
+
+def test_a_dripping_head_counts_against_the_first_event_limit(gateway: FaultGateway) -> None:
+    """A streaming request's first-event limit covers its whole head, not each read: a head
+    dripping a line every 0.03 s is sent again after 0.15 s, twice, then StreamIdleTimeout."""
+    base = gateway.base_url("header_drip", interval=0.03, duration=3)
+    body = {"model": "m", "messages": MESSAGES, "stream": True}
+    with ws.httpx_client(idle_timeout=0.15) as http:
+        started = time.monotonic()
+        with pytest.raises(ws.StreamIdleTimeout, match="sent 3 times"):
+            http.post(base + "/chat/completions", json=body)
+        elapsed = time.monotonic() - started
+    assert 0.4 <= elapsed < 0.45 + SLACK
+    assert wait_for(lambda: len(gateway.requests_seen(base)) == 3 and hung_up(gateway, base))
+
+
+class FakeStream:
+    """A network stream over one end of a socket pair (what the head hooks look at)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def get_extra_info(self, name: str) -> Any:
+        return self.sock if name == "socket" else None
+
+    def write(self, buffer: bytes, timeout: Any = None) -> None:
+        self.sock.sendall(buffer)
+
+
+@pytest.mark.parametrize(
+    ("first_bytes", "shut"),
+    [(b"GET / HTTP/1.1\r\n\r\n", True), (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", False)],
+    ids=["http/1.1", "h2c"],
+)
+def test_the_budget_end_shuts_an_http1_socket_never_an_http2_one(
+    first_bytes: bytes, shut: bool
+) -> None:
+    """One HTTP/2 socket carries many streams: the head guard never registers it."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        stream = FakeStream(ours)
+        with ws.deadline(10) as budget, head_module.head_phase(budget):
+            head_module.write(httpcore2, FakeStream.write, stream, first_bytes, None)
+            budget.cancel()
+            ran = threading.Event()
+            budget.on_done(lambda _: ran.set())  # after the guard's own callback
+            assert ran.wait(2)
+        assert theirs.recv(64) == first_bytes
+        ours.setblocking(False)
+        if shut:
+            with pytest.raises(OSError):
+                ours.send(b"x")
+        else:
+            assert ours.send(b"x") == 1
