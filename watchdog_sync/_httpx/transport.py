@@ -5,6 +5,14 @@ and, for each request:
 
 * clips the request's timeouts (connect and TLS, write, pool, every read) to
   the budget's remaining time;
+* from the connect to the response's last header byte (``1xx`` included),
+  bounds httpcore's own network calls (:mod:`.head`, through the hooks of
+  :mod:`.httpcore_hooks` on the wrapped ``HTTPTransport``'s pool): the name
+  resolved within the time left, each read's and write's timeout the time
+  left, recomputed per call, the socket shut from outside at the budget's end;
+* checks the budget when the wrapped transport returns: an answer that comes
+  back past the deadline (from a phase below that nothing could interrupt)
+  is closed and raises, never a success;
 * registers the response's socket (HTTP/1.x) with the budget while the
   response is open, so the budget's end shuts it from outside
   (``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
@@ -137,7 +145,12 @@ class HTTPXTransport(_Base):
     On timeout or cancel: inside a ``deadline()`` scope a request (or a body
     read) raises ``Cancelled`` when the budget ends, and the scope turns it
     into :class:`DeadlineExceeded` / :class:`OperationCancelled`; with
-    ``budget=`` and no scope the request raises those itself. A silent event
+    ``budget=`` and no scope the request raises those itself. Every phase
+    ends at the budget's end: name resolution, connect, TLS, sending, the
+    response head (``1xx`` interim responses included: each read waits at
+    most the time left, and the socket is shut from outside), the body; what
+    runs below a wrapped transport that is not httpx's own is checked when it
+    returns (an answer past the deadline raises). A silent event
     stream raises :class:`StreamIdleTimeout`; an event over the cap
     ``StreamProtocolError('event_too_large')``; a stream cut before its
     terminal event ``StreamProtocolError('no_finish_reason')``; an Anthropic
