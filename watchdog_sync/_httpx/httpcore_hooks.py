@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import logging
 import threading
 import weakref
@@ -78,8 +79,25 @@ def _core(lib_name: str) -> Optional[_Core]:
         return found
 
 
+# The methods the hooks stand for, with the parameters they pass on (by position and by name).
+_SIGNATURES = {
+    "backend": {
+        "connect_tcp": ["host", "port", "timeout", "local_address", "socket_options"],
+        "connect_unix_socket": ["path", "timeout", "socket_options"],
+        "sleep": ["seconds"],
+    },
+    "stream": {
+        "read": ["max_bytes", "timeout"],
+        "write": ["buffer", "timeout"],
+        "start_tls": ["ssl_context", "server_hostname", "timeout"],
+        "get_extra_info": ["info"],
+    },
+}
+
+
 def shapes() -> Dict[str, bool]:
-    """For each installed httpx (``httpx2``, ``httpx``): are httpcore's names where we reach?"""
+    """For each installed httpx (``httpx2``, ``httpx``): are httpcore's names where we reach,
+    and do its network methods take the parameters the hooks pass on?"""
     result: Dict[str, bool] = {}
     for lib_name in _CORES:
         try:
@@ -87,21 +105,31 @@ def shapes() -> Dict[str, bool]:
         except Exception:  # not installed (or not importable on this Python)
             continue
         core = _core(lib_name)
+        if core is None:
+            result[lib_name] = False
+            continue
         transport = lib.HTTPTransport()
         try:
             pool = getattr(transport, "_pool", None)
+            owners = {"backend": core.module.SyncBackend, "stream": core.stream_class}
             result[lib_name] = (
-                core is not None
-                and isinstance(pool, core.module.ConnectionPool)
+                isinstance(pool, core.module.ConnectionPool)
                 and type(getattr(pool, "_network_backend", None)) is core.module.SyncBackend
                 and all(
-                    callable(getattr(core.stream_class, method, None))
-                    for method in ("read", "write", "start_tls", "get_extra_info")
+                    _parameters(getattr(owners[owner], method, None)) == expected
+                    for owner, methods in _SIGNATURES.items()
+                    for method, expected in methods.items()
                 )
             )
         finally:
             transport.close()
     return result
+
+
+def _parameters(method: Any) -> List[str]:
+    if not callable(method):
+        return []
+    return [name for name in inspect.signature(method).parameters if name != "self"]
 
 
 def bound_pool(transport: Any, lib: Any) -> bool:
