@@ -18,9 +18,10 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterator, List
 
 import pytest
+from celery.result import ResultSet
 
 from tests.rawserver import RawServer, wait_for_disconnect
 from watchdog_sync import DeadlineExceeded, deadline
@@ -173,3 +174,139 @@ def test_a_retry_keeps_its_callers_deadline_not_the_soft_limit_window_of_its_fir
         result = celery.module.retry_once.apply_async(soft_time_limit=1.2)
     left = result.get(timeout=_RESULT_SECONDS)
     assert 0.5 < left <= 0.7  # the retried run's own window, inside the caller's remaining ~4 s
+
+
+# -- waiting for a result inside a scope (issue 21) ---------------------------------------
+
+
+def _ended_with(wait: Any) -> tuple[BaseException, float]:
+    """Run ``wait()`` (which must raise) and return what it raised and when."""
+    started = time.monotonic()
+    with pytest.raises(BaseException) as caught:
+        wait()
+    return caught.value, time.monotonic() - started
+
+
+def _revoked(celery: Running) -> set[str]:
+    """The task ids the worker holds as revoked."""
+    replies = celery.module.app.control.inspect(
+        destination=[celery.worker.name], timeout=2.0
+    ).revoked()
+    return {task_id for ids in (replies or {}).values() for task_id in ids}
+
+
+def test_get_inside_a_deadline_waits_the_time_left_then_raises_deadline_exceeded(
+    celery: Running,
+) -> None:
+    """A task the worker runs for 3 s, sent before the scope: get() ends at the 1 s deadline."""
+    running = celery.module.hold.delay(3.0)
+    try:
+
+        def wait() -> None:
+            with deadline(1.0):
+                running.get()
+
+        error, ended = _ended_with(wait)
+    finally:
+        assert running.get(timeout=_RESULT_SECONDS) == 3.0  # the worker ran it to its end
+    assert isinstance(error, DeadlineExceeded), repr(error)
+    assert 0.95 <= ended < 1.3, f"get() ended {ended:.2f}s into a 1 s deadline"
+
+
+def test_an_explicit_smaller_timeout_still_wins_with_celerys_own_timeout_error(
+    celery: Running,
+) -> None:
+    from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+    waiting = celery.module.add.apply_async((1, 2), queue=f"{celery.module.QUEUE}-idle")
+
+    def wait() -> None:
+        with deadline(5.0):
+            waiting.get(timeout=0.5)
+
+    error, ended = _ended_with(wait)
+    assert type(error) is CeleryTimeoutError, repr(error)
+    assert 0.45 <= ended < 0.9, f"get(timeout=0.5) ended after {ended:.2f}s"
+
+
+@pytest.mark.parametrize(
+    "how", ["ResultSet.get", "ResultSet.join", "ResultSet.join_native", "GroupResult.get"]
+)
+def test_waiting_for_a_set_of_results_inside_a_deadline_ends_at_it(
+    celery: Running, how: str
+) -> None:
+    """Tasks on a queue no worker reads, sent outside the scope: each wait ends at 0.6 s."""
+    from celery import group
+
+    tasks = celery.module
+    queue = f"{tasks.QUEUE}-idle"
+    if how == "GroupResult.get":
+        results: Any = group(tasks.add.s(i, i) for i in range(3)).apply_async(queue=queue)
+    else:
+        results = ResultSet([tasks.add.apply_async((i, i), queue=queue) for i in range(3)])
+    method = {"ResultSet.join": "join", "ResultSet.join_native": "join_native"}.get(how, "get")
+
+    def wait() -> None:
+        with deadline(0.6):
+            getattr(results, method)(timeout=_RESULT_SECONDS)
+
+    error, ended = _ended_with(wait)
+    assert isinstance(error, DeadlineExceeded), repr(error)
+    assert 0.55 <= ended < 0.9, f"{how} ended {ended:.2f}s into a 0.6 s deadline"
+
+
+def test_results_that_arrive_in_time_come_back_through_every_wait(celery: Running) -> None:
+    from celery import group
+
+    tasks = celery.module
+    with deadline(10.0):
+        assert tasks.add.delay(2, 3).get() == 5
+        assert ResultSet([tasks.add.delay(1, 1), tasks.add.delay(2, 2)]).get() == [2, 4]
+        assert ResultSet([tasks.add.delay(3, 3)]).join() == [6]
+        assert group(tasks.add.s(i, 1) for i in range(3)).apply_async().get() == [1, 2, 3]
+
+
+def test_a_task_sent_with_the_deadline_that_ran_out_is_revoked_others_are_not(
+    celery: Running,
+) -> None:
+    """Sent inside the scope whose end stopped get(): revoked; sent outside it or in an outer
+    scope with time left: left alone (someone may still wait for them)."""
+    tasks = celery.module
+    queue = f"{tasks.QUEUE}-idle"
+    outside = tasks.add.apply_async((1, 1), queue=queue)
+    with deadline(30.0):
+        outer = tasks.add.apply_async((2, 2), queue=queue)
+        for result in (outside, outer):
+            with pytest.raises(DeadlineExceeded), deadline(0.3):
+                result.get()
+        with pytest.raises(DeadlineExceeded), deadline(0.3):
+            inner = tasks.add.apply_async((3, 3), queue=queue)
+            inner.get()
+    revoked = _revoked(celery)
+    assert inner.id in revoked
+    assert outside.id not in revoked and outer.id not in revoked
+
+
+def test_join_native_gives_its_callback_each_result_once_across_its_rounds(
+    celery: Running,
+) -> None:
+    """The wait runs in one-second rounds: a result delivered in the first is not repeated.
+
+    Both results are stored by hand (the tasks sit on a queue no worker reads): Celery's own
+    join_native() returns ``None`` at once for a pending member when another member was
+    fetched with get() before the set was made (seen on Celery 5.7, without watchdog_sync).
+    """
+    tasks = celery.module
+    queue = f"{tasks.QUEUE}-idle"
+    done = tasks.add.apply_async((1, 1), queue=queue)
+    tasks.app.backend.store_result(done.id, 2, "SUCCESS")
+    later = tasks.add.apply_async((2, 2), queue=queue)
+    seen: List[Any] = []
+    store = threading.Timer(1.4, tasks.app.backend.store_result, (later.id, 4, "SUCCESS"))
+    with deadline(5.0):
+        store.start()
+        try:
+            ResultSet([done, later]).join_native(callback=lambda *pair: seen.append(pair))
+        finally:
+            store.join(5)
+    assert seen == [(done.id, 2), (later.id, 4)]

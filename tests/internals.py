@@ -23,11 +23,11 @@ from watchdog_sync._http.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
 from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
+from watchdog_sync._http.json_object import json_object
 from watchdog_sync._httpx import head as head_module
 from watchdog_sync._httpx.call import request_model
 from watchdog_sync._httpx.httpcore_hooks import shapes as httpcore_shapes
 from watchdog_sync._httpx.instrument_httpx import httpx_patches
-from watchdog_sync._httpx.sse import EventWatch, stream_error
 from watchdog_sync._propagate.celery import HEADER_DEADLINE, HEADER_TIMEOUT, task_window
 from watchdog_sync._propagate.wallclock import time_left
 from watchdog_sync._retry.classify import parse_retry_after
@@ -39,10 +39,12 @@ from watchdog_sync._stream.body import FramingDecoder, body_pieces
 from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME
 from watchdog_sync._stream.fed import FedChannel, fed_stream
 from watchdog_sync._stream.framing import EventFramer
+from watchdog_sync._stream.limits import StreamLimits
+from watchdog_sync._stream.parse import parse_events
 from watchdog_sync._stream.sse import SSEStream
-from watchdog_sync._stream.sse_feed import _FramedSSEClient, _http_response
-from watchdog_sync._stream.sse_feed import _parse as parse_events
+from watchdog_sync._stream.sse_feed import _http_response
 from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
+from watchdog_sync._stream.wire import EventWatch, error_event
 
 
 def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> Iterator[bytes]:
@@ -84,6 +86,7 @@ __all__ = [
     "READER_THREAD_NAME",
     "SCENARIOS",
     "SHARED_READER_THREAD_NAME",
+    "StreamLimits",
     "FramingDecoder",
     "_GUARD_ATTR",
     "BodyDecoder",
@@ -91,7 +94,6 @@ __all__ = [
     "FedChannel",
     "EventWatch",
     "_ConnectionGuard",
-    "_FramedSSEClient",
     "_Loop",
     "_chunks",
     "body_pieces",
@@ -120,7 +122,8 @@ __all__ = [
     "run_demo",
     "sample_preload_module",
     "shared_reader_lock",
-    "stream_error",
+    "error_event",
+    "json_object",
     "suggest_idle_timeout",
     "UnknownEncoding",
     "task_window",

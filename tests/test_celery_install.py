@@ -7,17 +7,21 @@ it runs through ``Task.apply`` here, which drives the same tracer a worker uses.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import math
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from typing import Any, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import pytest
-from celery import Celery, signals
+from celery import Celery, group, signals
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+from celery.result import AsyncResult, ResultSet
 
 import watchdog_sync
 from watchdog_sync import DeadlineExceeded, deadline
@@ -171,6 +175,24 @@ def test_a_malformed_deadline_header_is_ignored_with_a_log_line(
     assert any(HEADER_DEADLINE in record.getMessage() for record in caplog.records)
 
 
+@pytest.mark.parametrize("header", [HEADER_DEADLINE, HEADER_TIMEOUT])
+@pytest.mark.parametrize(
+    "bad",
+    [10**400, -(10**400), float("inf"), "-inf", "1e400"],
+    ids=["10**400", "-10**400", "inf", "text -inf", "text 1e400"],
+)
+def test_a_deadline_header_past_the_range_of_a_float_is_ignored_not_an_overflow_error(
+    unit: _App, header: str, bad: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21: ``10**400`` failed the task with OverflowError; now it runs as with no header."""
+    with caplog.at_level(logging.WARNING, logger="watchdog_sync"):
+        result = _apply(unit, {header: bad})
+    assert result.get() is None  # unbounded: nothing taken from the header
+    assert unit.ran == ["t"]
+    logged = [record.getMessage() for record in caplog.records if header in record.getMessage()]
+    assert logged and all(len(line) < 200 for line in logged), logged
+
+
 def test_after_undo_the_task_runs_unwrapped(unit: _App) -> None:
     install(unit.app)
     unit.app.finalize()
@@ -214,3 +236,137 @@ def test_time_left_trusts_the_wall_clock_deadline_but_never_more_than_was_left_a
     assert time_left(100.0, 5.0, 50.0) == 5.0  # a receiver clock behind: capped
     assert time_left(100.0, None, 101.0) == -1.0  # passed
     assert time_left(None, None, 0.0) is None
+
+
+# -- waiting for a result inside a scope (issue 21); the real worker: integration/ ----------
+
+
+def _raised(wait: Callable[[], Any]) -> Tuple[BaseException, float]:
+    """What ``wait()`` raised (the test fails if nothing) and after how many seconds."""
+    started = time.monotonic()
+    with pytest.raises(BaseException) as caught:
+        wait()
+    return caught.value, time.monotonic() - started
+
+
+@pytest.fixture
+def waiting(unit: _App) -> Iterator[_App]:
+    """An installed app whose memory broker no worker reads: its results never arrive."""
+    undo = install(unit.app)
+    yield unit
+    undo()
+
+
+def test_get_inside_a_scope_ends_at_the_deadline_with_deadline_exceeded(waiting: _App) -> None:
+    """Before: Celery's TimeoutError after the full timeout=3."""
+    result = waiting.seen.delay("t")
+
+    def wait() -> None:
+        with deadline(0.3):
+            result.get(timeout=3)
+
+    error, ended = _raised(wait)
+    assert isinstance(error, DeadlineExceeded), repr(error)
+    assert 0.28 <= ended < 0.8
+
+
+def test_an_explicit_smaller_timeout_wins_with_celerys_timeout_error(waiting: _App) -> None:
+    result = waiting.seen.delay("t")
+
+    def wait() -> None:
+        with deadline(5):
+            result.get(timeout=0.3)
+
+    error, ended = _raised(wait)
+    assert type(error) is CeleryTimeoutError, repr(error)
+    assert 0.28 <= ended < 0.8
+
+
+@pytest.mark.parametrize("how", ["outside a scope", "after undo", "another app's result"])
+def test_where_it_does_not_apply_the_wait_is_celerys_own(waiting: _App, how: str) -> None:
+    """Celery's own TimeoutError after the full timeout=0.4, not the 0.1 s scope's end."""
+    result = waiting.seen.delay("t")
+    if how == "after undo":
+        install(waiting.app)()
+    elif how == "another app's result":
+        other = _App().app  # never installed; its memory backend holds no result
+        result = AsyncResult(result.id, app=other)
+    scope = contextlib.nullcontext() if how == "outside a scope" else deadline(0.1)
+
+    def wait() -> None:
+        with scope:
+            result.get(timeout=0.4)
+
+    try:
+        error, ended = _raised(wait)
+    finally:
+        if how == "another app's result":
+            other.close()
+    assert type(error) is CeleryTimeoutError, repr(error)
+    assert ended >= 0.39
+
+
+@pytest.mark.parametrize("how", ["ResultSet.get", "join", "join_native", "GroupResult.get"])
+def test_waiting_for_a_set_of_results_inside_a_scope_ends_at_the_deadline(
+    waiting: _App, how: str
+) -> None:
+    if how == "GroupResult.get":
+        results: Any = group(waiting.seen.s(str(i)) for i in range(3)).apply_async()
+    else:
+        results = ResultSet([waiting.seen.delay(str(i)) for i in range(3)])
+    method = {"join": "join", "join_native": "join_native"}.get(how, "get")
+
+    def wait() -> None:
+        with deadline(0.2):
+            getattr(results, method)(timeout=3)
+
+    error, ended = _raised(wait)
+    assert isinstance(error, DeadlineExceeded), repr(error)
+    assert 0.18 <= ended < 0.7
+
+
+def test_cancel_stops_the_wait_with_operation_cancelled(waiting: _App) -> None:
+    result = waiting.seen.delay("t")
+
+    def wait() -> None:
+        with deadline(1.2) as budget:
+            canceller = threading.Timer(0.1, budget.cancel)
+            canceller.start()
+            try:
+                result.get(timeout=3)
+            finally:
+                canceller.join(2)
+
+    error, ended = _raised(wait)
+    assert isinstance(error, watchdog_sync.OperationCancelled), repr(error)
+    assert ended < 0.8
+
+
+def test_a_result_already_stored_comes_back_at_once_inside_a_scope(waiting: _App) -> None:
+    waiting.app.backend.store_result("done-1", 42, "SUCCESS")
+    with deadline(1):
+        assert AsyncResult("done-1", app=waiting.app).get() == 42
+
+
+def test_a_result_of_a_task_that_ignores_results_is_none_at_once_inside_a_scope(
+    waiting: _App,
+) -> None:
+    """As Celery has it: nothing to wait for (not a wait until the deadline)."""
+    result = waiting.seen.delay("t")
+    result.ignored = True
+    started = time.monotonic()
+    with deadline(2):
+        assert result.get() is None
+    assert time.monotonic() - started < 0.5
+
+
+def test_the_deprecated_wait_alias_is_bounded_too(waiting: _App) -> None:
+    result = waiting.seen.delay("t")
+
+    def wait() -> None:
+        with deadline(0.2):
+            result.wait(timeout=3)
+
+    error, ended = _raised(wait)
+    assert isinstance(error, DeadlineExceeded), repr(error)
+    assert ended < 0.7

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import inspect
 import pickle
 from typing import Any
 
@@ -15,28 +16,106 @@ from .internals import with_fields
 
 pytestmark = pytest.mark.timeout(10)
 
+# Every field of the base class, set away from its default, on every example.
+_BASE = dict(stage="s", attempt=2, elapsed=1.5, remaining=0.25, request_id="req-1")
+
 EXAMPLES = [
-    ws.DeadlineExceeded("deadline", stage="s", attempts=3, last_error=ValueError("x")),
-    ws.OperationTimeout("cap", stage="connect", elapsed=1.0, remaining=2.0),
-    ws.StreamIdleTimeout("idle", idle_timeout=1.0, chunks_received=0, stream_lifetime=1.2),
-    ws.OperationCancelled("stop"),
-    ws.RetryExhausted("gave up", attempts=6, last_error=ConnectionResetError(104, "reset")),
-    ws.TransportError("reset", transport_code="ECONNRESET", request_id="req-1"),
-    ws.HTTPStatusError("429", status=429, retry_after=2.0, body="slow down"),
-    ws.StreamProtocolError("no finish", reason="no_finish_reason", chunks_received=2),
+    ws.WatchdogError("root", reason="custom", retryable=True, **_BASE),
+    ws.DeadlineExceeded(
+        "deadline", attempts=3, last_error=ValueError("x"), reason="r", retryable=True, **_BASE
+    ),
+    ws.OperationTimeout("cap", reason="connect_timeout", retryable=False, **_BASE),
+    ws.StreamIdleTimeout(
+        "idle",
+        idle_timeout=1.0,
+        chunks_received=0,
+        stream_lifetime=1.2,
+        reason="r",
+        retryable=False,  # overrides "retryable when no chunk came"
+        **_BASE,
+    ),
+    ws.OperationCancelled("stop", reason="user_abort", retryable=True, **_BASE),
+    ws.RetryExhausted(
+        "gave up",
+        attempts=6,
+        last_error=ConnectionResetError(104, "reset"),
+        reason="retry_budget_exhausted",
+        retryable=True,
+        **_BASE,
+    ),
+    ws.TransportError("reset", transport_code="ECONNRESET", reason="tls", retryable=False, **_BASE),
+    ws.HTTPStatusError(
+        "429", status=429, retry_after=2.0, body="slow down", reason="x", retryable=False, **_BASE
+    ),
+    ws.StreamProtocolError(
+        "no finish", reason="no_finish_reason", chunks_received=2, retryable=True, **_BASE
+    ),
 ]
+
+_MISSING = object()
+
+
+def _fields(error: BaseException) -> dict:
+    """Every field a caller can read: the instance's own, its class's and the builtin's
+    (``errno``, ``strerror``, ``code``, ``message``, ``args``), methods left out."""
+    names = set(vars(error)) | {name for name in dir(error) if not name.startswith("_")}
+    values = {name: getattr(error, name, _MISSING) for name in sorted(names)}
+    return {name: value for name, value in values.items() if not callable(value)}
+
+
+def _same(value: Any, other: Any) -> bool:
+    if isinstance(value, BaseException):
+        return type(other) is type(value) and repr(other) == repr(value)
+    return bool(other == value)
 
 
 @pytest.mark.parametrize("error", EXAMPLES, ids=lambda e: type(e).__name__)
-def test_every_error_survives_pickle_with_its_fields(error: ws.WatchdogError) -> None:
+def test_every_error_survives_pickle_with_every_field(error: ws.WatchdogError) -> None:
+    """Issue 21: a pickled StreamIdleTimeout came back with ``errno`` None."""
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is type(error)
     assert str(copy) == str(error)
-    for name, value in vars(error).items():
-        if isinstance(value, BaseException):
-            assert repr(getattr(copy, name)) == repr(value)
-        else:
-            assert getattr(copy, name) == value
+    before, after = _fields(error), _fields(copy)
+    assert sorted(after) == sorted(before)
+    changed = [name for name, value in before.items() if not _same(value, after[name])]
+    assert changed == [], {name: (before[name], after[name]) for name in changed}
+
+
+def test_a_pickled_stream_idle_timeout_still_looks_like_a_read_timeout() -> None:
+    error = ws.StreamIdleTimeout("idle", idle_timeout=1.0, chunks_received=0, stream_lifetime=1.0)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.errno, copy.code, copy.retryable) == (errno.ETIMEDOUT, "ETIMEDOUT", True)
+    assert copy.strerror == error.strerror
+
+
+def test_a_copy_with_new_fields_keeps_the_errno_of_a_stream_idle_timeout() -> None:
+    error = ws.StreamIdleTimeout("idle", idle_timeout=1.0, chunks_received=0, stream_lifetime=1.0)
+    copy = with_fields(error, request_id="req-2")
+    assert (copy.request_id, copy.errno) == ("req-2", errno.ETIMEDOUT)
+
+
+def test_the_examples_set_every_constructor_field_of_every_public_error_class() -> None:
+    """So the pickling test above covers every field: each keyword away from its default."""
+    classes = {
+        value
+        for value in vars(ws).values()
+        if isinstance(value, type) and issubclass(value, ws.WatchdogError)
+    }
+    assert classes == {type(error) for error in EXAMPLES}
+    for error in EXAMPLES:
+        cls = type(error)
+        params: dict = {}
+        for klass in reversed(cls.__mro__):
+            if "__init__" in vars(klass) and issubclass(klass, ws.WatchdogError):
+                params.update(inspect.signature(klass.__init__).parameters)
+        for name, param in params.items():
+            if param.kind is not param.KEYWORD_ONLY:
+                continue
+            value = getattr(error, name)
+            assert value is not None, (cls.__name__, name)
+            if name != "retryable":  # a bool: either value is some class's default
+                default = getattr(cls, f"default_{name}", param.default)
+                assert value != default, (cls.__name__, name, value)
 
 
 @pytest.mark.parametrize("error", EXAMPLES, ids=lambda e: type(e).__name__)

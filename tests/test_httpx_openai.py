@@ -226,3 +226,30 @@ def test_our_errors_chain_no_request_that_holds_the_key(
     foreign = (httpx2.HTTPError, httpcore2.TimeoutException, httpcore2.NetworkError)
     for node in _chain(info.value):  # an httpx error's .request would hold the headers
         assert not isinstance(node, foreign), f"{type(node).__name__} is chained to ours"
+
+
+def test_inside_a_retry_owner_a_silent_stream_is_not_sent_again_by_the_transport(
+    fault_gateway: FaultGateway, sdk: MakeSDK
+) -> None:
+    """One retry owner: inside retry_call(max_attempts=2) a silent stream costs exactly two
+    requests (the transport raises, the owner retries once), never three per attempt."""
+    base = fault_gateway.base_url("silent_after_200")
+    policy = ws.RetryPolicy(max_attempts=2, initial_backoff=0.01, jitter=0.0)
+    client = sdk(base)
+    with pytest.raises(ws.RetryExhausted) as info, ws.deadline(8):
+        ws.retry_call(stream_text, client, [], policy=policy)
+    assert isinstance(info.value.last_error, ws.StreamIdleTimeout)
+    assert info.value.attempts == 2
+    assert len(fault_gateway.requests_seen(base)) == 2
+    assert wait_for(lambda: all_disconnected(fault_gateway, base))
+
+
+def test_inside_a_retry_owner_silent_then_ok_is_recovered_by_the_owner(
+    fault_gateway: FaultGateway, sdk: MakeSDK
+) -> None:
+    """The owner's second attempt gets the whole answer: two requests, one stream seen."""
+    base = fault_gateway.base_url("silent_then_ok")
+    policy = ws.RetryPolicy(max_attempts=3, initial_backoff=0.01, jitter=0.0)
+    with ws.deadline(8):
+        assert ws.retry_call(stream_text, sdk(base), [], policy=policy) == TEXT
+    assert [r.faulted for r in fault_gateway.requests_seen(base)] == [True, False]

@@ -16,7 +16,7 @@ import pytest
 
 import watchdog_sync as ws
 
-from .internals import EventWatch, stream_error
+from .internals import EventWatch, error_event, json_object
 from .rawserver import RawServer, end_body, read_request_head, send_body_piece, send_sse_head
 
 pytestmark = pytest.mark.timeout(30)
@@ -89,9 +89,9 @@ def test_an_overloaded_error_event_is_a_classified_529() -> None:
         EventWatch().note(OVERLOADED)
     verdict = ws.classify(info.value)
     assert (info.value.status, verdict.reason, verdict.retryable) == (529, "overloaded", True)
-    late = stream_error(b'{"type": "error", "error": {"type": "overloaded_error"}}', 3)
+    late = error_event(json_object(b'{"type": "error", "error": {"type": "overloaded_error"}}'), 3)
     assert isinstance(late, ws.HTTPStatusError) and not ws.classify(late).retryable
-    odd = stream_error(b"not json", 0)
+    odd = error_event(json_object(b"not json"), 0)
     assert isinstance(odd, ws.StreamProtocolError) and odd.reason == "stream_error"
 
 

@@ -24,6 +24,7 @@ from .internals import (
     SHARED_READER_THREAD_NAME,
     FedChannel,
     FramingDecoder,
+    StreamLimits,
     buffered_events,
     engine_module,
     fed_stream,
@@ -143,9 +144,7 @@ def test_a_buffer_that_filled_while_the_consumer_waited_resumes_its_feeder_at_th
 
     stream = fed_stream(
         opener,
-        idle=10,
-        first=10,
-        first_named=False,
+        limits=StreamLimits(idle=10, first=10),
         budgets=[],
         explicit=None,
         on_timeout=None,

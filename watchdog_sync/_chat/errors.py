@@ -8,18 +8,16 @@ layer leaves it as a copy with the call's fields added (:func:`for_call`).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, Optional, Sequence, TypeVar
 
-from .._core.errors import StreamProtocolError, WatchdogError, with_fields
+from .._core.errors import WatchdogError, with_fields
 from .._core.redact import excerpt
 from .._http.json_object import json_object
-from .._http.translate import http_status_error
+from .._stream.wire import describe_error, error_event
 
 __all__ = [
     "error_object",
     "for_call",
-    "no_finish_reason",
     "status_wording",
 ]
 
@@ -40,19 +38,7 @@ _ADVICE = {
 def server_message(body: str) -> Optional[str]:
     """The error text of an OpenAI-style body (``{"error": {"message": ...}}``), if any."""
     parsed = json_object(body)
-    return None if parsed is None else _describe_error(parsed.get("error", parsed))
-
-
-def _describe_error(error: Any) -> Optional[str]:
-    if isinstance(error, str):
-        return error or None
-    if not isinstance(error, dict):
-        return None
-    message = error.get("message")
-    if not isinstance(message, str) or not message:
-        return None
-    kinds = [str(v) for v in (error.get("type"), error.get("code")) if v not in (None, "")]
-    return f"{message} ({', '.join(kinds)})" if kinds else message
+    return None if parsed is None else describe_error(parsed.get("error", parsed))
 
 
 def status_wording(
@@ -67,64 +53,9 @@ def status_wording(
 def error_object(
     chunk: Dict[str, Any], raw: str, chunks: int, secrets: Sequence[str], **fields: Any
 ) -> WatchdogError:
-    """The error for an ``{"error": ...}`` object sent inside a stream (or a 200 body).
-
-    With an HTTP status in its ``code`` or ``status``: an :class:`HTTPStatusError`
-    (retryable by the status table, and only if no chunk was delivered yet);
-    otherwise ``StreamProtocolError(reason="stream_error")``. ``raw`` is the text
-    ``chunk`` was decoded from; ``fields`` (``request_id``, ``attempt``) go into the error.
-    """
-    error = chunk.get("error")
-    try:
-        body = json.dumps(chunk, ensure_ascii=False, default=str)
-    except RecursionError:  # nested just below json's limit: shown as it arrived
-        body = raw
-    status = None
-    for holder in (error, chunk):
-        if isinstance(holder, dict):
-            status = (
-                status or _http_status(holder.get("code")) or _http_status(holder.get("status"))
-            )
-    if status is not None:
-        where = " (an error event in the stream)"
-        return http_status_error(
-            status,
-            body,
-            message=status_wording(status, "", body, secrets, where),
-            secrets=secrets,
-            retryable=False if chunks else None,  # delivered chunks: a replay would repeat them
-            **fields,
-        )
-    shown = excerpt(_describe_error(error) or body, 300, secrets)
-    return StreamProtocolError(
-        f"the server sent an error inside the stream after {chunks} chunks: {shown}",
-        reason="stream_error",
-        chunks_received=chunks,
-        **fields,
-    )
-
-
-def _http_status(value: Any) -> Optional[int]:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    return value if isinstance(value, int) and 400 <= value <= 599 else None
-
-
-def no_finish_reason(chunks: int, how: str, **fields: Any) -> StreamProtocolError:
-    """The stream ended (``how``) without ``finish_reason``; retryable only before any chunk."""
-    if chunks:
-        outcome = "the answer is incomplete (not retried: chunks were already delivered)"
-    else:
-        outcome = "nothing was generated (retried while attempts and the budget allowed)"
-    return StreamProtocolError(
-        f"the stream ended {how} after {chunks} chunks and no finish_reason: {outcome}",
-        reason="no_finish_reason",
-        chunks_received=chunks,
-        retryable=chunks == 0,
-        **fields,
-    )
+    """The error for an ``{"error": ...}`` object sent inside a stream (or a 200 body),
+    as every stream maps it (:func:`~.._stream.wire.error_event`), with ChatClient's advice."""
+    return error_event(chunk, chunks, raw=raw, secrets=secrets, advice=_ADVICE, **fields)
 
 
 def for_call(error: E, request_id: str, attempt: Optional[int] = None, **fields: Any) -> E:

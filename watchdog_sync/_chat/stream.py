@@ -15,18 +15,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.calls import CallMark
-from .._core.config import AS_IDLE
-from .._core.durations import off
 from .._core.errors import Cancelled, StreamIdleTimeout, StreamProtocolError, WatchdogError
 from .._core.events import Event, context_with_fields, emit, event_fields
 from .._core.redact import excerpt
 from .._http.json_object import json_object
 from .._retry.loop import retry_call
 from .._retry.policy import RetryPolicy
+from .._stream.limits import StreamLimits
 from .._stream.sse import SSEStream, open_sse
 from .._stream.stream import StreamStats
+from .._stream.wire import PING, no_finish_reason
 from .call import STAGE, ChatCall, run_in_call
-from .errors import error_object, for_call, no_finish_reason
+from .errors import error_object, for_call
 
 __all__ = ["ChatStream", "open_stream"]
 
@@ -156,15 +156,18 @@ class ChatStream:
 
     def _step(self) -> Optional[Dict[str, Any]]:
         """The next chunk, ``None`` at a normal end; raises on every failure."""
-        try:
-            event = next(self._events)
-        except StopIteration:
-            if self.finish_reason is not None or self._ended:
-                return None  # a finish_reason then EOF without [DONE], or close() elsewhere
-            sse = self._sse
-            truncated = sse is not None and sse.truncated
-            how = "in the middle of an event" if truncated else "without [DONE]"
-            raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
+        while True:
+            try:
+                event = next(self._events)
+            except StopIteration:
+                if self.finish_reason is not None or self._ended:
+                    return None  # a finish_reason then EOF without [DONE], or close() elsewhere
+                sse = self._sse
+                truncated = sse is not None and sse.truncated
+                how = "in the middle of an event" if truncated else "without [DONE]"
+                raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
+            if event.event != PING:  # a ping is no chunk (stream_sse hands it on held back)
+                break
         data = event.data
         if data == _DONE:
             if not self._chunks:
@@ -250,13 +253,13 @@ class ChatStream:
             json=call.body,
             headers=call.headers,
             session=call.session,
-            idle_timeout=call.idle_timeout,
-            first_event_timeout=(  # the same limit as idle: errors then name idle_timeout
-                AS_IDLE
-                if call.first_event_timeout == call.idle_timeout
-                else off(call.first_event_timeout)
+            limits=StreamLimits(
+                call.idle_timeout,
+                call.first_event_timeout,
+                # the same limit as idle: errors then name idle_timeout
+                first_named=call.first_event_timeout != call.idle_timeout,
             ),
-            connect_timeout=off(call.connect_timeout),
+            connect=call.connect_timeout,
             translator=call.translator(self.attempts),
         )
         self._sse = sse

@@ -67,10 +67,32 @@ class Cancelled(BaseException):
         return f"budget ended{stage}: {self.reason}"
 
 
+# OSError keeps these in slots of its own, not in the instance ``__dict__``: a copy (pickle,
+# ``with_fields``) carries them beside it, or ``StreamIdleTimeout.errno`` came back ``None``.
+_OS_FIELDS = ("errno", "strerror", "filename", "filename2")
+
+
+def _state(error: WatchdogError) -> Dict[str, Any]:
+    """Every field of ``error``: its ``__dict__``, and the OSError slots that are set."""
+    state = dict(error.__dict__)
+    if isinstance(error, OSError):
+        for name in _OS_FIELDS:
+            value = getattr(error, name)
+            if value is not None:
+                state[name] = value
+    return state
+
+
 def _rebuild(cls: Type[WatchdogError], message: str, state: Dict[str, Any]) -> WatchdogError:
     err = cls.__new__(cls)
     Exception.__init__(err, message)
-    err.__dict__.update(state)
+    fields = dict(state)
+    slots = {}
+    if issubclass(cls, OSError):
+        slots = {name: fields.pop(name) for name in _OS_FIELDS if name in fields}
+    err.__dict__.update(fields)
+    for name, value in slots.items():
+        setattr(err, name, value)
     return err
 
 
@@ -126,8 +148,7 @@ class WatchdogError(Exception):
         return f"{type(self).__name__}({self.message!r}, reason={self.reason!r})"
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        state = dict(self.__dict__)
-        return (_rebuild, (type(self), self.message, state))
+        return (_rebuild, (type(self), self.message, _state(self)))
 
 
 class DeadlineExceeded(WatchdogError, TimeoutError):
@@ -262,7 +283,9 @@ class StreamProtocolError(WatchdogError):
 
     Reasons: ``'no_finish_reason'`` (ended without finishing; retryable only
     before any chunk was delivered), ``'malformed_event'``, ``'event_too_large'``,
-    ``'unexpected_content_type'``, ``'stream_error'`` (the server sent an error object).
+    ``'unexpected_content_type'``, ``'malformed_framing'`` (an event stream's chunked
+    framing breaks HTTP/1.1; not retryable), ``'stream_error'`` (the server sent an error
+    object).
     """
 
     default_reason = "malformed_event"
@@ -284,7 +307,7 @@ def with_fields(error: E, **fields: Any) -> E:
         raise TypeError(f"{type(error).__name__} has no field {unknown[0]!r}")
     if all(getattr(error, name) == value for name, value in fields.items()):
         return error
-    copy = _rebuild(type(error), error.message, {**vars(error), **fields})
+    copy = _rebuild(type(error), error.message, {**_state(error), **fields})
     copy.__cause__ = error.__cause__
     # Raised inside ``except``, the copy's context is the original: show what it showed.
     copy.__suppress_context__ = error.__suppress_context__ or error.__context__ is None

@@ -39,7 +39,7 @@ from urllib3.util import Timeout
 from .._core.budget import Budget, _noop
 from .._core.scope import boundary
 from .resolve import is_ip_literal, resolve_bounded
-from .tunnel import TunnelView
+from .tunnel import TunnelView, timeout_of
 
 __all__ = [
     "ACTIVE_GUARD",
@@ -317,7 +317,7 @@ def _clip_to_budget(conn: Any, sock: Any) -> None:
     if math.isinf(left):
         return
     with contextlib.suppress(OSError):
-        current = sock.gettimeout()
+        _, current = timeout_of(sock)  # unknown (no gettimeout): clipped to the budget alone
         sock.settimeout(max(FLOOR, left if current is None else min(current, left)))
 
 

@@ -29,7 +29,14 @@ from .._core.status import status_verdict
 from .._retry.classify import classify, parse_retry_after, transport_advice
 from .redirect import refused_redirect
 
-__all__ = ["RAW_READ_ERRORS", "REQUESTS_ERRORS", "StatusWording", "Translator", "http_status_error"]
+__all__ = [
+    "RAW_READ_ERRORS",
+    "REQUESTS_ERRORS",
+    "MalformedFraming",
+    "StatusWording",
+    "Translator",
+    "http_status_error",
+]
 
 #: ``(status, reason phrase, body, secrets) -> message`` of a status error.
 StatusWording = Callable[[int, str, str, Sequence[str]], str]
@@ -38,6 +45,17 @@ StatusWording = Callable[[int, str, str, Sequence[str]], str]
 #: requests wraps urllib3's and the socket's errors in its own. (A ``UnicodeEncodeError``
 #: for a header value, say, is the caller's mistake and is not translated.)
 REQUESTS_ERRORS: Tuple[Type[BaseException], ...] = (requests.RequestException,)
+
+
+class MalformedFraming(http.client.HTTPException):
+    """A body's chunked framing breaks HTTP/1.1: a chunk size that is not hex digits (``-5``,
+    ``zz``), no CRLF after a chunk's data, an endless chunk-size line.
+
+    Raised by our own body decoder (``_stream/body.py``) as http.client's kind of error, so
+    every reader that catches those catches it too; the table below makes it a
+    :class:`StreamProtocolError` (``'malformed_framing'``, not retryable: the same bytes
+    would break the same way), not a transport failure.
+    """
 
 
 def _plain_wording(status: int, phrase: str, body: str, secrets: Sequence[str]) -> str:
@@ -144,6 +162,16 @@ def _not_utf8(translator: Translator, exc: BaseException) -> WatchdogError:
     )
 
 
+def _malformed_framing(translator: Translator, exc: BaseException) -> WatchdogError:
+    return StreamProtocolError(
+        f"the response body's chunked framing is malformed ({exc}): the server, or a proxy "
+        "in between, broke HTTP/1.1 framing; not retried",
+        reason="malformed_framing",
+        retryable=False,
+        **translator.fields(),
+    )
+
+
 # The first row whose type matches wins: a more specific type comes before its base.
 _TABLE: Tuple[
     Tuple[Type[BaseException], Callable[[Translator, BaseException], WatchdogError]], ...
@@ -151,6 +179,7 @@ _TABLE: Tuple[
     (UnicodeDecodeError, _not_utf8),  # a ValueError: the bytes were read, they are not text
     (requests.RequestException, _transport),  # requests' wrappers (some are also ValueError)
     (urllib3.exceptions.HTTPError, _transport),
+    (MalformedFraming, _malformed_framing),  # our own decoder's, before http.client's base
     (http.client.HTTPException, _transport),
     (OSError, _transport),  # socket and ssl: reset, refused, timed out, certificate
     (ValueError, _transport),  # http.client: a chunk-size line that is not hex

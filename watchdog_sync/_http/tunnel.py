@@ -13,11 +13,25 @@ import contextlib
 import io
 import socket
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from urllib3.exceptions import ConnectTimeoutError
 
-__all__ = ["TunnelView"]
+__all__ = ["TunnelView", "timeout_of"]
+
+
+def timeout_of(sock: Any) -> Tuple[bool, Optional[float]]:
+    """``(True, sock's timeout)``, or ``(False, None)`` when ``sock`` cannot say.
+
+    urllib3's pyopenssl ``WrappedSocket`` has ``settimeout`` but no ``gettimeout``: its
+    timeout is that of the raw socket it wraps (``.socket``, as ``shutdown_socket`` reads).
+    """
+    getter = getattr(sock, "gettimeout", None)
+    if getter is None:
+        getter = getattr(getattr(sock, "socket", None), "gettimeout", None)
+    if getter is None:
+        return False, None
+    return True, getter()
 
 
 class _DeadlineReads(io.RawIOBase):
@@ -55,7 +69,7 @@ class TunnelView:
         self._sock = sock
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout
-        self._own_timeout: Optional[float] = sock.gettimeout()
+        self._known, self._own_timeout = timeout_of(sock)
 
     def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
         if mode != "rb":
@@ -63,6 +77,8 @@ class TunnelView:
         return io.BufferedReader(_DeadlineReads(self._sock, self._deadline, self._timeout))
 
     def restore(self) -> None:
+        if not self._known:
+            return  # a socket-like object that did not say its timeout: left as the reads set it
         with contextlib.suppress(OSError):  # closed after a refused tunnel: nothing to restore
             self._sock.settimeout(self._own_timeout)
 

@@ -6,14 +6,14 @@ rest is still in the socket. For a response of the shape this module knows,
 checked at every step (httpx's ``ResponseStream`` over httpcore's pool stream
 over an ``HTTP11Connection`` reading httpcore's own ``SyncStream``, a plain
 socket or an ``ssl.SSLSocket``; the request sent whole, the body not touched
-yet), it makes the socket non-blocking and hands it to the shared reader, which
+yet), it makes the socket non-blocking and reads it with the one body reader
+(:class:`~.._stream.pipeline.BodyFeed`), whose framing here (:class:`_H11Framing`)
 gives each read's bytes to the connection's own h11 state (public h11 API:
 ``receive_data``, then ``next_event`` until ``NEED_DATA``; the bytes that came
 with the headers are already in h11's buffer, so h11 sees the whole body in
-order), frames the ``Data`` events' bytes (:class:`~.framing.EventFramer`) and
-offers each data event with the held-back comments and pings before it: byte
-for byte what the reader thread of :func:`~.sse.event_source` hands
-httpx. Any other shape (HTTP/2, TLS inside TLS, a custom transport or network
+order); the ``Data`` events' bytes are framed, and each data event is offered
+with the held-back comments and pings before it: byte for byte what the reader
+thread of :func:`~.sse.event_source` hands httpx. Any other shape (HTTP/2, TLS inside TLS, a custom transport or network
 backend, a compressed body) keeps the reader thread per stream.
 
 A body that ends cleanly (``EndOfMessage``) leaves h11 ``DONE``, as httpcore's
@@ -45,17 +45,15 @@ import importlib
 import logging
 import socket
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .._core.clock import MONOTONIC
-from .._core.errors import Cancelled, WatchdogError
-from .._stream import engine
-from .._stream.channel import DEFAULT_MAX_BUFFERED
-from .._stream.fed import FedChannel, fed_stream
+from .._stream.fed import fed_stream
 from .._stream.framing import EventFramer
-from .._stream.stream import GuardedStream, _budgets_to_watch
+from .._stream.limits import StreamLimits
+from .._stream.pipeline import BodyFeed
+from .._stream.stream import GuardedStream, budgets_to_watch
+from .._stream.wire import EventWatch
 from .body import Shutter
-from .sse import EventWatch
 
 __all__ = ["fed_events"]
 
@@ -73,8 +71,7 @@ def fed_events(
     framer: Optional[EventFramer],
     watch: EventWatch,
     shutter: Shutter,
-    idle: Optional[float],
-    first: Optional[float],
+    limits: StreamLimits,
 ) -> Optional[Tuple[GuardedStream[bytes], Callable[[], None]]]:
     """The guarded events of ``response``'s body read by the shared reader, and a function
     that closes the connection (idempotent); ``None`` when the response is of another shape
@@ -87,19 +84,25 @@ def fed_events(
     shape = None if framer is None else _shape(response, method, lib)
     if shape is None or framer is None:
         return None
-    body = _FedBody(response.stream, *shape, lib=lib, framer=framer, watch=watch, shutter=shutter)
+    framing = _H11Framing(response.stream, *shape, lib=lib, watch=watch, shutter=shutter)
+    body: BodyFeed[bytes] = BodyFeed(framing.sock, framing, framer, watch.note, _as_they_are)
+
+    def stop() -> None:  # on_timeout: shut the socket from outside; the reader sees it and ends
+        framing.stop()
+        body.kick()
+
     guarded: GuardedStream[bytes] = fed_stream(
-        body.open,
-        idle=idle,
-        first=first,
-        first_named=True,
-        budgets=_budgets_to_watch(None),
+        lambda channel: body.start(channel, framing.buffered()),
+        limits=limits,
+        budgets=budgets_to_watch(None),
         explicit=None,
-        on_timeout=body.stop,
-        max_buffered=DEFAULT_MAX_BUFFERED,
-        clock=MONOTONIC,
+        on_timeout=stop,
     )
-    return guarded, body.close_connection
+    return guarded, framing.close_connection
+
+
+def _as_they_are(events: List[bytes]) -> List[bytes]:
+    return events  # httpx gets the event bytes: the SDK parses them itself
 
 
 def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, Any]]:
@@ -164,9 +167,9 @@ def _classes(lib: Any) -> Optional[Tuple[Any, ...]]:
         return found
 
 
-class _FedBody:
-    """One body on the shared reader: ``open`` (the consumer's first ``next()``), ``take``
-    and ``end`` (the reader), ``stop`` (``on_timeout``), ``close_connection`` (either)."""
+class _H11Framing:
+    """A body under httpcore's h11 state: the :class:`~.._stream.pipeline.Framing` of httpx's
+    HTTP/1.1 event streams, and the connection's pooling or closing at the end."""
 
     def __init__(
         self,
@@ -176,7 +179,6 @@ class _FedBody:
         h11: Any,
         *,
         lib: Any,
-        framer: EventFramer,
         watch: EventWatch,
         shutter: Shutter,
     ) -> None:
@@ -184,58 +186,36 @@ class _FedBody:
         self._connection = connection
         self._state = connection._h11_state  # checked by _shape: an h11.Connection
         self._h11 = h11
-        self._sock = sock
+        self.sock = sock
         self._timeout: Optional[float] = None  # httpcore's, given back before pooling
         self._lib = lib
-        self._framer = framer
         self._watch = watch
         self._shutter = shutter
-        self._held = bytearray()  # comments and pings, handed on before the next data event
-        self._channel: Optional[FedChannel[bytes]] = None
-        self._feed: Optional[engine.Feed] = None
         self._keep: Optional[Any] = None  # a makefile() reference: the descriptor stays open
         self._lock = threading.Lock()  # h11's state, ``_closed``
         self._closed = False
         self._done = False  # h11 gave EndOfMessage: the body ended cleanly
-        self._ended = False
         self.stopped = False
 
-    def open(self, channel: FedChannel[bytes]) -> None:
-        self._channel = channel
-        sock = self._sock
-        try:
-            self._keep = sock.makefile("rb", buffering=0)
-            self._timeout = sock.gettimeout()
-            sock.settimeout(0)
-            feed = self._feed = engine.Feed(sock, self.take, self.end, channel.flush)
-            self.take(None)  # the bytes that came with the headers, in h11's buffer
-        except (Exception, Cancelled) as exc:
-            self.end(exc, False)
-            return
-        if feed.finished:
-            self.end(None, False)
-            return
-        channel.set_resume(lambda: engine.kick(feed))
-        engine.add(feed)
+    def buffered(self) -> Iterator[Optional[bytes]]:
+        """In the consumer's thread: make the socket ours (non-blocking, its descriptor kept
+        open), then the bytes that came with the headers, which are in h11's buffer."""
+        sock = self.sock
+        self._keep = sock.makefile("rb", buffering=0)
+        self._timeout = sock.gettimeout()
+        sock.settimeout(0)
+        yield None
 
-    def take(self, data: Optional[bytes]) -> bool:
-        """One read's bytes (``None``: h11's buffer only): parse, frame, offer the data events.
-        False: full or ended."""
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def check(self) -> None:
         if self.stopped:
             raise self._lib.ReadError("the event stream was stopped")
-        payload = self._parse(data)
-        room = True
-        if payload:
-            items, failure = self._activity(self._framer.feed(payload))
-            assert self._channel is not None
-            if items:
-                room = self._channel.offer(items)
-            if failure is not None:
-                raise failure
-            self._framer.check()
-        assert self._feed is not None
-        self._feed.finished = self._done
-        return room
+
+    def payload(self, data: Optional[bytes]) -> bytes:
+        return self._parse(data)
 
     def _parse(self, data: Optional[bytes]) -> bytes:
         """The body bytes h11 gives for ``data`` (``b""``: the end of the connection)."""
@@ -266,54 +246,19 @@ class _FedBody:
                 raise self._lib.RemoteProtocolError(str(exc)) from None
         return b"".join(out)  # h11 hands out bytearrays: httpx gets bytes
 
-    def _activity(self, events: List[bytes]) -> Tuple[List[bytes], Optional[Exception]]:
-        """The data events, each with the held-back events before it; an error event's error
-        comes after the events before it."""
-        items: List[bytes] = []
-        held, limit, note = self._held, self._framer.limit, self._watch.note
-        for event in events:
-            try:
-                active = note(event)
-            except WatchdogError as exc:  # an error event: ours, raised after the events before it
-                return items, exc
-            if active:
-                if held:
-                    event = bytes(held) + event
-                    held.clear()
-                items.append(event)
-            elif len(held) + len(event) <= limit:
-                held += event  # bounded: past the cap, older held events are dropped
-            else:
-                held[:] = event
-        return items, None
-
-    def end(self, error: Optional[BaseException], eof: bool) -> None:
-        """The socket is done (on the reader, or in ``open``): say how, let everything go."""
-        if self._ended:
-            return
-        self._ended = True
+    def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
         lib = self._lib
-        try:
-            if self.stopped or self._shutter.fired:  # our own shutdown: no clean end
-                if error is None:
-                    error = lib.ReadError("the event stream was stopped")
-            elif isinstance(error, OSError):
-                cause, error = error, lib.ReadError(str(error) or type(error).__name__)
-                error.__cause__ = cause
-            elif error is None:
-                if eof:
-                    self._check_eof()
-                self._watch.end()
-        except Exception as exc:  # delivered to the consumer below, never dropped
-            error = exc
-        finally:
-            self._release(clean=error is None)
-            channel, self._channel = self._channel, None
-            self._feed = None  # no cycle stays behind (feed -> take -> self -> feed)
-            if channel is not None:
-                channel.set_resume(None)
-                channel.fed_end(error, completed=error is None)
-            error = None
+        if self.stopped or self._shutter.fired:  # our own shutdown: no clean end
+            if error is None:
+                error = lib.ReadError("the event stream was stopped")
+        elif isinstance(error, OSError):
+            cause, error = error, lib.ReadError(str(error) or type(error).__name__)
+            error.__cause__ = cause
+        elif error is None:
+            if eof:
+                self._check_eof()
+            self._watch.end()
+        return error
 
     def _check_eof(self) -> None:
         """The connection ended: h11 says whether the body may end here (close-delimited)."""
@@ -325,12 +270,9 @@ class _FedBody:
             )
 
     def stop(self) -> None:
-        """``on_timeout``: shut the socket from outside; the reader sees it and ends."""
+        """Shut the socket from outside; the reader sees it and ends the body."""
         self.stopped = True
         self._shutter.shut()
-        feed = self._feed
-        if feed is not None:
-            engine.kick(feed)  # a paused socket is watched again, so its shutdown is seen
 
     def close_connection(self, reuse: bool = False) -> None:
         """Close the response, once: httpcore pools the connection only with ``reuse`` (h11
@@ -346,7 +288,7 @@ class _FedBody:
         except Exception:
             _log.exception("watchdog_sync: closing an event stream's response raised; ignored")
 
-    def _release(self, *, clean: bool) -> None:
+    def release(self, clean: bool) -> None:
         """The reader is done with the socket: forget it, then pool the connection (a clean
         end, no shutdown) or close it, and drop our reference (the descriptor closes with
         the last of the two)."""
@@ -361,7 +303,7 @@ class _FedBody:
         )
         if reuse:
             try:
-                self._sock.settimeout(self._timeout)  # blocking again, as httpcore left it
+                self.sock.settimeout(self._timeout)  # blocking again, as httpcore left it
             except OSError:
                 reuse = False
         if reuse and keep is not None:

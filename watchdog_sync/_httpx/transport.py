@@ -26,6 +26,8 @@ and, for each request:
   ``StreamProtocolError('no_finish_reason')``;
 * sends a streaming request again (at most twice, within the budget) when the
   stream stays silent before its first event, so the caller gets one good stream;
+  only outside a retry owner: inside a ``retry_call`` attempt it raises and that
+  loop decides (one retry owner);
 * with ``propagate=True``, sets the deadline headers on each send (see
   :mod:`.call`: never to another origin than the call's first request's);
 * reports the call to observers (``call_start`` .. ``call_end``, a span for
@@ -49,20 +51,23 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from .._core import events as _events
 from .._core.budget import Budget, _noop
-from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET, first_limit, idle_setting
+from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
 from .._core.errors import StreamIdleTimeout
 from .._core.events import event_fields, observed
 from .._core.scope import boundary, joined_budget, using_budget
 from .._http import propagation as _propagation
+from .._retry.loop import in_retry_attempt
 from .._stream.framing import EventFramer
+from .._stream.limits import StreamLimits, stream_limits
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
+from .._stream.wire import EventWatch
 from .body import BoundedBody, EventBody, Shutter, socket_of
 from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
 from .feed import fed_events
 from .head import head_phase
 from .httpcore_hooks import bound_pool
-from .sse import EventWatch, threaded_events
+from .sse import threaded_events
 
 if TYPE_CHECKING:
     import httpx2
@@ -131,7 +136,9 @@ class HTTPXTransport(_Base):
             ``idle_timeout``; ``<= 0`` or ``inf``: off; ``None`` means "as
             ``idle_timeout``", deprecated as for :func:`stream_sse`). A stream
             silent that long is sent again (at most twice, within the budget)
-            when nothing was delivered yet.
+            when nothing was delivered yet, unless the request runs inside a
+            ``retry_call`` attempt: then it raises ``StreamIdleTimeout``
+            (retryable) and the retry owner decides.
         budget: a budget every request runs under, with the current
             ``deadline()`` scope's (the tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
@@ -210,16 +217,15 @@ class HTTPXTransport(_Base):
         EventFramer(max_event_bytes)  # the framer checks the value and names the parameter
         bound_pool(transport, lib)  # its connect and response head: bounded like the body
         self._transport = transport
-        self._idle = idle_setting(idle_timeout)
-        self._first = first_limit(first_event_timeout, self._idle, "first_event_timeout")
+        self._limits = stream_limits(idle_timeout, first_event_timeout, "first_event_timeout")
         self._budget = budget
         self._max_event_bytes = max_event_bytes
         self._propagate = _propagation.check_propagate(propagate)
 
     def __repr__(self) -> str:
         return (
-            f"<watchdog_sync.HTTPXTransport around {self._transport!r} idle_timeout={self._idle} "
-            f"first_event_timeout={self._first} budget={self._budget!r}"
+            f"<watchdog_sync.HTTPXTransport around {self._transport!r} idle_timeout={self._limits.idle} "
+            f"first_event_timeout={self._limits.first} budget={self._budget!r}"
             f"{' propagate=True' if self._propagate else ''}>"
         )
 
@@ -247,7 +253,7 @@ class HTTPXTransport(_Base):
         wrapped transport's own errors otherwise.
         """
         budget, owner, release = joined_budget(self._budget, stage="http")
-        mark = call_mark(request, budget, self._idle) if observed() else None
+        mark = call_mark(request, budget, self._limits.idle) if observed() else None
         try:
             with boundary(budget, owner), event_fields(**({} if mark is None else mark.fields())):
                 budget.check()
@@ -266,18 +272,18 @@ class HTTPXTransport(_Base):
     ) -> Any:
         timeouts = _clipped(request.extensions.get("timeout"), budget.remaining())
         # A stream silent before its first event is sent again: only with a body in memory.
-        streaming = self._first is not None and asks_for_stream(request)
+        streaming = self._limits.first is not None and asks_for_stream(request)
         replayable = streaming and body_in_memory(request) is not None
         send = 0
         while True:
             send += 1
             started = time.monotonic()
             live = dict(timeouts)
-            first_bound = streaming and _shorter(self._first, live.get("read"))
+            first_bound = streaming and _shorter(self._limits.first, live.get("read"))
             head_until = None
-            if first_bound and self._first is not None:
-                live["read"] = self._first  # the headers are part of the first-event wait
-                head_until = started + self._first  # for the whole head, not per read
+            if first_bound and self._limits.first is not None:
+                live["read"] = self._limits.first  # the headers are part of the first-event wait
+                head_until = started + self._limits.first  # for the whole head, not per read
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             if self._propagate or _propagation.forced():
                 mark_deadline(request, budget)  # computed now, for this send
@@ -316,13 +322,13 @@ class HTTPXTransport(_Base):
                 _resent(send, "no first event", budget)
 
     def _first_event_error(self, sends: int, lifetime: float) -> StreamIdleTimeout:
-        assert self._first is not None
+        assert self._limits.first is not None
         times = "once" if sends == 1 else f"{sends} times"
         return StreamIdleTimeout(
-            f"no first event within {self._first:g}s of sending the request (sent {times}); "
+            f"no first event within {self._limits.first:g}s of sending the request (sent {times}); "
             "if the server is legitimately this slow, raise first_event_timeout= (or "
             f"idle_timeout=, or the {ENV_IDLE_TIMEOUT} environment variable)",
-            idle_timeout=self._first,
+            idle_timeout=self._limits.first,
             chunks_received=0,
             stream_lifetime=lifetime,
             stage="http",
@@ -363,14 +369,13 @@ class HTTPXTransport(_Base):
         framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
         watch = EventWatch()
         first = None
-        if self._first is not None:
-            first = max(_FLOOR, self._first - (time.monotonic() - started))
+        if self._limits.first is not None:
+            first = max(_FLOOR, self._limits.first - (time.monotonic() - started))
+        limits = StreamLimits(self._limits.idle, first, first_named=True)  # what this send has left
         with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the shared reader
-            fed = fed_events(response, method, self._lib, framer, watch, shutter, self._idle, first)
+            fed = fed_events(response, method, self._lib, framer, watch, shutter, limits)
             if fed is None:
-                threaded = threaded_events(
-                    response.stream, framer, watch, shutter, self._idle, first
-                )
+                threaded = threaded_events(response.stream, framer, watch, shutter, limits)
                 fed = threaded, _noop
         guarded, close_connection = fed
         items = iter(guarded)
@@ -439,7 +444,8 @@ def _shorter(limit: Optional[float], read: Optional[float]) -> bool:
 
 
 def _may_resend(send: int, budget: Budget) -> bool:
-    return send < _MAX_SENDS and budget.remaining() > 0
+    """Only outside a retry owner: inside a ``retry_call`` attempt the owner decides."""
+    return send < _MAX_SENDS and budget.remaining() > 0 and not in_retry_attempt()
 
 
 def _is_event_stream(response: Any) -> bool:

@@ -35,6 +35,8 @@ from .._core.budget import Budget
 from .._core.durations import validate_duration
 from .._core.errors import Cancelled, DeadlineExceeded, WatchdogError
 from .._core.scope import current_budget, error_for, owns, scoped_budget, using_budget
+from .celery_wait import enable as bound_waits
+from .celery_wait import record_sent
 from .wallclock import SentDeadline, parse_seconds, time_left
 
 __all__ = ["HEADER_DEADLINE", "HEADER_TIMEOUT", "install", "task_window"]
@@ -68,8 +70,22 @@ def install(app: Any, *, margin: float = 0.5) -> Callable[[], None]:
     :class:`~watchdog_sync.Cancelled`, which ``except Exception`` cannot
     swallow, and the task fails with :class:`~watchdog_sync.DeadlineExceeded`
     (reason ``'deadline_exceeded'``), stored by the result backend, so the
-    caller's ``AsyncResult.get()`` raises it. Nothing is cancelled by
-    ``revoke()``; Celery's own time limits still apply after the scope.
+    caller's ``AsyncResult.get()`` raises it. Celery's own time limits still
+    apply after the scope.
+
+    Waiting for a result: inside a scope, ``AsyncResult.get()``,
+    ``ResultSet.get()`` / ``join()`` / ``join_native()`` and
+    ``GroupResult.get()`` of this app's results wait at most the time left
+    (an explicit smaller ``timeout=`` still wins, with Celery's own
+    ``TimeoutError``). At the scope's deadline they raise
+    :class:`~watchdog_sync.Cancelled`, so the scope raises
+    :class:`~watchdog_sync.DeadlineExceeded`; a ``cancel()`` of the budget is
+    seen within about a second (``OperationCancelled``). The tasks waited for
+    that were sent carrying a deadline that has passed (sent inside that scope)
+    are revoked without ``terminate``, so no worker starts them; a running one
+    is not killed (its own scope ends at the same deadline), and tasks sent
+    outside a scope or with a later deadline are left alone, as is every task
+    after a ``cancel()``. Outside a scope the waits are Celery's own.
 
     The deadline crosses machines as wall-clock time: sender and worker
     clocks are assumed to agree (NTP) to well within ``margin``. A worker
@@ -83,8 +99,8 @@ def install(app: Any, *, margin: float = 0.5) -> Callable[[], None]:
             at most half the limit is taken.
 
     Returns:
-        A function that disconnects the signals and unwraps the tasks;
-        idempotent. Installing on the same app again returns the same function
+        A function that disconnects the signals, unwraps the tasks and ends the
+        bounded result waits for this app; idempotent. Installing on the same app again returns the same function
         (a different ``margin`` is a ``ValueError``: undo first).
     """
     seconds = validate_duration(margin, "margin", allow_none=False)
@@ -137,6 +153,7 @@ class _Installation:
             uid = self._uid(what)
             signal.connect(receiver, weak=False, dispatch_uid=uid)
             self._disconnect.append(functools.partial(signal.disconnect, dispatch_uid=uid))
+        self._disconnect.append(bound_waits(self.app))
         if self.app.finalized:
             self.wrap_tasks()
 
@@ -179,6 +196,7 @@ class _Installation:
         headers[HEADER_DEADLINE] = sent.at if at is None else min(at, sent.at)
         headers[HEADER_TIMEOUT] = sent.left if left is None else min(left, sent.left)
         headers["expires"] = _earlier_expires(headers.get("expires"), headers[HEADER_DEADLINE])
+        record_sent(str(headers["id"]), headers[HEADER_DEADLINE])  # revoked if its caller gives up
 
     # -- the worker -----------------------------------------------------------
 

@@ -40,23 +40,34 @@ class SentDeadline:
 
 
 def parse_seconds(value: Any, name: str) -> Optional[float]:
-    """``value`` (a number or its text) as finite seconds, or ``None`` (logged) when malformed."""
+    """``value`` (a number or its text) as finite seconds, or ``None`` (logged) when malformed.
+
+    Malformed: not a number or its text (at most 64 characters), NaN, infinite, or an int
+    too large for a float (a JSON header may hold ``10**400``).
+    """
     if value is None:
         return None
     number: Optional[float] = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, (str, bytes)) and len(value) <= 64:
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+        isinstance(value, (str, bytes)) and len(value) <= 64
+    ):
         try:
             number = float(value)
-        except ValueError:
+        except (ValueError, OverflowError):  # garbage text; an int past float's range (10**400)
             number = None
     if number is None or not math.isfinite(number):
         _log.warning(
-            "ignoring the malformed %s header %.64r: no deadline taken from it", name, value
+            "ignoring the malformed %s header %s: no deadline taken from it", name, _shown(value)
         )
         return None
     return number
+
+
+def _shown(value: Any) -> str:
+    """At most 64 characters of ``value``'s repr; a huge int by its size (its repr may raise)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"<an int of {value.bit_length()} bits>"
+    return repr(value)[:64]
 
 
 def time_left(at: Optional[float], left: Optional[float], wall_now: float) -> Optional[float]:

@@ -34,7 +34,7 @@ elif TYPE_CHECKING:  # Python 3.9: only type checkers need it (annotations are s
 
     P = ParamSpec("P")
 
-__all__ = ["retry_call", "retrying"]
+__all__ = ["in_retry_attempt", "retry_call", "retrying"]
 
 T = TypeVar("T")
 
@@ -42,6 +42,12 @@ _NESTED_MODES = ("defer", "independent")
 _IN_ATTEMPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "watchdog_sync_in_attempt", default=False
 )
+
+
+def in_retry_attempt() -> bool:
+    """True inside an attempt of a :func:`retry_call` (ChatClient's attempts included):
+    nothing below it re-sends on its own; it raises, and that loop decides."""
+    return _IN_ATTEMPT.get()
 
 
 def retry_call(

@@ -5,7 +5,6 @@ The loop that applies a policy is ``loop.py`` (retry_call, @retrying).
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import math
 import random as _random
@@ -34,9 +33,6 @@ __all__ = ["RetryPolicy", "checked_policy", "default_policy"]
 T = TypeVar("T")
 
 _NESTED_MODES = ("defer", "independent")
-_IN_ATTEMPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "watchdog_sync_in_attempt", default=False
-)
 
 
 _POSITIONAL = (

@@ -14,10 +14,13 @@ from __future__ import annotations
 import http.client
 from typing import Any, Iterator, List, Optional
 
+from .._http.translate import MalformedFraming
+
 __all__ = ["FramingDecoder", "body_pieces", "decoder_for"]
 
 _READ_SIZE = 65536
 _MAX_SIZE_LINE = 1024
+_HEX = b"0123456789abcdefABCDEF"
 
 
 class FramingDecoder:
@@ -46,7 +49,7 @@ class FramingDecoder:
         """The payload that ``data`` completes (possibly ``b""``).
 
         Raises:
-            http.client.HTTPException: the chunked framing is malformed.
+            MalformedFraming: the chunked framing is malformed (an ``HTTPException``).
         """
         if self.done:
             return b""
@@ -78,25 +81,20 @@ class FramingDecoder:
                 if end_of - pos < 2:
                     break
                 if buf[pos : pos + 2] != b"\r\n":
-                    raise http.client.HTTPException("chunked body: missing CRLF after a chunk")
+                    raise MalformedFraming("chunked body: missing CRLF after a chunk")
                 pos += 2
                 need_crlf = False
             else:
                 end = buf.find(b"\n", pos)
                 if end < 0:
                     if end_of - pos > _MAX_SIZE_LINE:
-                        raise http.client.HTTPException("chunked body: chunk-size line too long")
+                        raise MalformedFraming("chunked body: chunk-size line too long")
                     break
                 line = buf[pos:end].split(b";", 1)[0].strip()
                 pos = end + 1
-                try:
-                    size = int(line, 16)
-                except ValueError:
-                    raise http.client.HTTPException(
-                        f"chunked body: bad chunk size {line[:20]!r}"
-                    ) from None
-                if size < 0:
-                    raise http.client.HTTPException("chunked body: negative chunk size")
+                size = _chunk_size(line)
+                if size is None:  # int() alone takes "-5", "+5", "0x5", "5_0"
+                    raise MalformedFraming(f"chunked body: bad chunk size {line[:20]!r}")
                 if size == 0:  # last chunk; trailers are not needed for events
                     self.done = True
                     pos = end_of
@@ -125,14 +123,18 @@ def _whole_chunk(data: bytes) -> Optional[bytes]:
     end = data.find(b"\n")
     if end < 0:
         return None
-    try:
-        size = int(data[:end].split(b";", 1)[0].strip(), 16)
-    except ValueError:
-        return None
+    size = _chunk_size(data[:end].split(b";", 1)[0].strip())
     start = end + 1
-    if size <= 0 or len(data) != start + size + 2 or not data.endswith(b"\r\n"):
+    if size is None or size == 0 or len(data) != start + size + 2 or not data.endswith(b"\r\n"):
         return None
     return data[start : start + size]
+
+
+def _chunk_size(line: bytes) -> Optional[int]:
+    """A chunk-size line's value (hex digits only, as HTTP/1.1 has it), else ``None``."""
+    if not line or line.strip(_HEX):
+        return None
+    return int(line, 16)
 
 
 def decoder_for(response: http.client.HTTPResponse) -> FramingDecoder:
@@ -145,7 +147,7 @@ def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
 
     Raises:
         http.client.IncompleteRead: the connection ended before the body did.
-        http.client.HTTPException: the chunked framing is malformed.
+        MalformedFraming: the chunked framing is malformed (an ``HTTPException``).
     """
     fp: Optional[Any] = response.fp
     if fp is None:

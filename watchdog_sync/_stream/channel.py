@@ -27,6 +27,7 @@ from .._core.clock import Clock
 from .._core.errors import Cancelled
 from .._http.reads import READER_SOCKETS, ReaderSockets
 from .idle import idle_timeout_error
+from .limits import StreamLimits
 from .stats import StreamStats
 
 __all__ = [
@@ -54,9 +55,7 @@ class Channel(Generic[T]):
     def __init__(
         self,
         *,
-        idle: Optional[float],
-        first: Optional[float],
-        first_named: bool,
+        limits: StreamLimits,
         budgets: List[Budget],
         explicit: Optional[Budget],
         on_timeout: Optional[Callable[[], object]],
@@ -79,9 +78,9 @@ class Channel(Generic[T]):
         self._unblocked = False
         self._on_timeout = on_timeout
         self._reads = ReaderSockets()  # sockets of reads through instrumented connections
-        self._idle = idle
-        self._first = first
-        self._first_named = first_named
+        self._idle = limits.idle
+        self._first = limits.first
+        self._first_named = limits.first_named
         self._budgets = budgets
         self._explicit = explicit
         self._stage = budgets[0].stage if budgets else None

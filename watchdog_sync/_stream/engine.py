@@ -1,11 +1,21 @@
 """The shared stream reader: one thread waits on every socket-backed stream's socket.
 
 Each stream's socket is registered with one ``selectors`` selector. When it is
-readable, the reader takes what has arrived without blocking (a few reads at
-most, so that no stream starves the others), decodes the body framing, frames
-and parses the events and offers them to the stream's channel. A full channel
-pauses its socket (it is unregistered until the consumer takes a batch). The
-thread exits once no stream is left (a new one starts on demand) and a child
+readable, the reader takes what has arrived without blocking, decodes the body
+framing, frames and parses the events and offers them to the stream's channel.
+
+Isolation: a stream gets at most :data:`TURN_BYTES` per turn (its parse is
+linear in the bytes), then the others are served before it is read again, so a
+flooding stream costs its neighbours one bounded slice per turn; what a flood
+of comments or pings costs is charged to its own stream's idle limits (they are
+no activity). A full channel pauses its socket (it is unregistered until the
+consumer takes a batch).
+
+Supervision: if the reader ends for any reason but running out of streams (a
+``BaseException`` from an event listener on its thread, say), every stream it
+held ends at once with ``WatchdogError(reason='stream_reader_failed')``, the
+cause is logged once, and the next stream starts a fresh reader. The thread
+also exits once no stream is left (a new one starts on demand), and a child
 after ``os.fork()`` starts its own.
 
 TLS: a non-blocking ``SSLSocket`` raises ``SSLWantReadError`` when a record is
@@ -27,16 +37,16 @@ import ssl
 import threading
 from typing import Any, Callable, Deque, List, Optional, Set, Tuple
 
-from .._core.errors import Cancelled
+from .._core.errors import Cancelled, WatchdogError
 
 _log = logging.getLogger("watchdog_sync")
 
-__all__ = ["SHARED_READER_THREAD_NAME", "Feed", "add", "kick"]
+__all__ = ["SHARED_READER_THREAD_NAME", "TURN_BYTES", "Feed", "add", "kick"]
 
 SHARED_READER_THREAD_NAME = "watchdog_sync-shared-reader"
 
+TURN_BYTES = 65536  # the most one stream is given per turn before the others are served
 _READ_SIZE = 65536
-_READS_PER_TURN = 16
 _LINGER = 0.05  # an idle reader waits this long for a new stream before it exits
 _WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
@@ -92,10 +102,43 @@ class _Reader:
         try:
             while self._turn():
                 pass
+        except BaseException as exc:  # supervised: its streams end now, the next gets a new reader
+            self._failed(exc)
         finally:
             self._selector.close()
             self._wake_r.close()
             self._wake_w.close()
+
+    def _failed(self, cause: BaseException) -> None:
+        global _reader
+        with _lock:  # after this, add() starts a fresh reader: no op reaches this one
+            if _reader is self:
+                _reader = None
+        held = set(self._feeds) | self._ready
+        while self._ops:
+            op, feed = self._ops.popleft()
+            if op == "add":
+                held.add(feed)
+        _log.error(
+            "watchdog_sync: the shared stream reader stopped (%s); the %d streams it held "
+            "end now and the next stream starts a fresh reader",
+            type(cause).__name__,
+            len(held),
+            exc_info=(type(cause), cause, cause.__traceback__),
+        )
+        for feed in held:
+            error = WatchdogError(
+                f"the shared stream reader stopped ({type(cause).__name__}) while it read "
+                "this stream; the stream was ended (a new stream gets a fresh reader)",
+                reason="stream_reader_failed",
+                retryable=False,
+            )
+            error.__cause__ = cause
+            self._unwatch(feed)
+            try:
+                feed.end(error, False)
+            except BaseException:  # one stream's end must not keep the others from theirs
+                _log.debug("watchdog_sync: ending a stream after the reader stopped raised")
 
     def _turn(self) -> bool:
         global _reader
@@ -133,7 +176,8 @@ class _Reader:
 
     def _serve(self, feed: Feed) -> None:
         sock = feed.sock
-        for _ in range(_READS_PER_TURN):
+        given = 0
+        while given < TURN_BYTES:
             try:
                 data = sock.recv(_READ_SIZE)
             except _WOULD_BLOCK:
@@ -145,6 +189,7 @@ class _Reader:
             if not data:
                 self._finish(feed, None, eof=True)
                 return
+            given += len(data)
             try:
                 more = feed.take(data)
             except (Exception, Cancelled) as exc:  # decoding, framing, or stopped: its error
@@ -162,7 +207,7 @@ class _Reader:
             if len(data) < _READ_SIZE and not (feed.tls and sock.pending()):
                 self._watch(feed)
                 return
-        self._ready.add(feed)  # the read budget ran out: more may be there
+        self._ready.add(feed)  # its slice of this turn is used up: more may be there
 
     def _watch(self, feed: Feed) -> None:
         if feed.watched:

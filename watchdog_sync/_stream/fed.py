@@ -16,10 +16,11 @@ from typing import Callable, List, Optional, TypeVar
 
 from .._core import events as _events
 from .._core.budget import Budget
-from .._core.clock import Clock
+from .._core.clock import MONOTONIC, Clock
 from .._core.errors import Cancelled
-from .channel import Channel
-from .stream import GuardedStream, _batches
+from .channel import DEFAULT_MAX_BUFFERED, Channel
+from .limits import StreamLimits
+from .stream import GuardedStream, batches_of
 
 __all__ = ["FedChannel", "OpenTimedOut", "fed_stream"]
 
@@ -56,6 +57,12 @@ class FedChannel(Channel[T]):
             except (Exception, Cancelled) as exc:
                 self.fed_end(exc, completed=False)
         return super().next_batch()
+
+    def first_item_left(self) -> Optional[float]:
+        """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
+        if self._first is None or self._taken:
+            return None
+        return self._created + self._first - self._now()
 
     def set_resume(self, resume: Optional[Callable[[], None]]) -> None:
         self._resume = resume
@@ -106,27 +113,23 @@ class FedChannel(Channel[T]):
 def fed_stream(
     opener: Callable[[FedChannel[T]], None],
     *,
-    idle: Optional[float],
-    first: Optional[float],
-    first_named: bool,
+    limits: StreamLimits,
     budgets: List[Budget],
     explicit: Optional[Budget],
     on_timeout: Optional[Callable[[], object]],
-    max_buffered: int,
-    clock: Clock,
+    max_buffered: int = DEFAULT_MAX_BUFFERED,
+    clock: Clock = MONOTONIC,
 ) -> GuardedStream[T]:
     channel: FedChannel[T] = FedChannel(
         opener,
-        idle=idle,
-        first=first,
-        first_named=first_named,
+        limits=limits,
         budgets=budgets,
         explicit=explicit,
         on_timeout=on_timeout,
         max_buffered=max_buffered,
         clock=clock,
     )
-    batches = _batches(channel)
+    batches = batches_of(channel)
     next(batches)
     channel.start_fed()
     return GuardedStream(channel, itertools.chain.from_iterable(batches))

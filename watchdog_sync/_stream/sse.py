@@ -16,26 +16,24 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from .._core.budget import Budget
 from .._core.calls import CallMark, server_of
-from .._core.clock import MONOTONIC
 from .._core.config import (
     AS_IDLE,
     CONNECT_TIMEOUT_UNSET,
     IDLE_TIMEOUT_UNSET,
     budget_limit,
     deprecated,
-    first_limit,
-    idle_setting,
 )
-from .._core.durations import Duration, idle_limit, off
+from .._core.durations import Duration
 from .._core.events import event_fields
 from .._core.redact import clean_headers, header_secrets, url_secrets
 from .._core.scope import current_budget
 from .._http.http import Session
 from .._http.translate import Translator
-from . import engine, sse_feed
+from . import sse_feed
 from .fed import fed_stream
 from .framing import EventFramer
-from .stream import DEFAULT_MAX_BUFFERED, GuardedStream, StreamStats, _budgets_to_watch
+from .limits import StreamLimits, stream_limits
+from .stream import GuardedStream, StreamStats, budgets_to_watch
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "open_sse", "stream_sse"]
 
@@ -176,15 +174,22 @@ def stream_sse(
     ends, a scope's ``Cancelled`` propagates to that scope; with ``budget=``
     the stream raises :class:`DeadlineExceeded` / :class:`OperationCancelled`.
     """
+    limits = stream_limits(idle_timeout, first_event_timeout, "first_event_timeout")
+    if connect_timeout is None:
+        deprecated(
+            "stream_sse(connect_timeout=None) means 'the default' and will mean 'off', as "
+            "None does for every other limit: leave connect_timeout out for the default, "
+            "pass math.inf for no connect limit"
+        )
+        connect_timeout = CONNECT_TIMEOUT_UNSET
     return open_sse(
         url,
         method=method,
         json=json,
         headers=headers,
         session=session,
-        idle_timeout=idle_timeout,
-        first_event_timeout=first_event_timeout,
-        connect_timeout=connect_timeout,
+        limits=limits,
+        connect=budget_limit(connect_timeout, "connect_timeout"),
         budget=budget,
         max_event_bytes=max_event_bytes,
         observe=True,
@@ -198,15 +203,15 @@ def open_sse(
     json: Any = None,
     headers: Optional[Mapping[str, str]] = None,
     session: Optional[Session] = None,
-    idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
-    first_event_timeout: Optional[Duration] = AS_IDLE,
-    connect_timeout: Optional[Duration] = CONNECT_TIMEOUT_UNSET,
+    limits: StreamLimits,
+    connect: Optional[float],
     budget: Optional[Budget] = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     translator: Optional[Translator] = None,
     observe: bool = False,
 ) -> SSEStream:
-    """:func:`stream_sse`, with the :class:`Translator` that builds its errors.
+    """:func:`stream_sse` below the public edge: its limits resolved (``connect``: seconds,
+    ``None`` for none), with the :class:`Translator` that builds its errors.
 
     ``translator`` (default: one that redacts the credential headers) lets a layer
     above word its status errors and fill its fields into every error built here,
@@ -218,17 +223,6 @@ def open_sse(
             "session must be a watchdog_sync.Session (a plain requests.Session cannot be "
             f"shut from outside), not {type(session).__name__}"
         )
-    idle = idle_setting(idle_timeout)
-    first = first_limit(first_event_timeout, idle, "first_event_timeout")
-    named = first_event_timeout is not AS_IDLE and first_event_timeout is not None
-    if connect_timeout is None:
-        deprecated(
-            "stream_sse(connect_timeout=None) means 'the default' and will mean 'off', as "
-            "None does for every other limit: leave connect_timeout out for the default, "
-            "pass math.inf for no connect limit"
-        )
-        connect_timeout = CONNECT_TIMEOUT_UNSET
-    connect = budget_limit(connect_timeout, "connect_timeout")
     framer = EventFramer(max_event_bytes)
     stream = SSEStream()
     base = budget if budget is not None else current_budget()
@@ -249,11 +243,10 @@ def open_sse(
 
     def stop() -> None:
         abort.cancel("stream_stopped")
-        for feed in feeds:
-            engine.kick(feed)  # a paused socket is watched again, so its shutdown is seen
+        for body in feeds:
+            body.kick()  # a paused socket is watched again, so its shutdown is seen
 
-    idle_c = idle_limit(off(idle), "idle_timeout")
-    mark = _mark(url, base, idle) if observe else None
+    mark = _mark(url, base, limits.idle) if observe else None
     try:
         with event_fields(**({} if mark is None else mark.fields())):  # the stream's context
             guarded: GuardedStream[Any] = fed_stream(
@@ -270,14 +263,10 @@ def open_sse(
                     abort=abort,
                     feeds=feeds,
                 ),
-                idle=idle_c,
-                first=first_limit(off(first) if named else AS_IDLE, idle_c, "first_item_timeout"),
-                first_named=named,
-                budgets=_budgets_to_watch(budget),
+                limits=limits,
+                budgets=budgets_to_watch(budget),
                 explicit=budget,
                 on_timeout=stop,
-                max_buffered=DEFAULT_MAX_BUFFERED,
-                clock=MONOTONIC,
             )
     except BaseException as exc:
         if mark is not None:

@@ -11,73 +11,33 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import logging
+import io
 import ssl
 import time
 from typing import Any, Callable, Iterator, List, Mapping, Optional
 
 import requests
-import sseclient
 
 from .._core.budget import Budget
-from .._core.errors import Cancelled, StreamProtocolError, WatchdogError
+from .._core.errors import StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
 from .._core.scope import using_budget
 from .._http.http import Session
 from .._http.redirect import FOLLOWED_METHODS, is_redirect
 from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
 from . import engine
-from .body import body_pieces, decoder_for
+from .body import FramingDecoder, body_pieces, decoder_for
 from .fed import FedChannel, OpenTimedOut
 from .framing import EventFramer
+from .parse import parse_events
+from .pipeline import BodyFeed
+from .wire import is_activity
 
 _ERROR_BODY_LIMIT = 4096
+_FIRST_READ = max(engine.TURN_BYTES, io.DEFAULT_BUFFER_SIZE)  # http.client's buffer, whole
 _PLAIN = Translator()
 
 __all__ = ["opener"]
-
-
-class _FramedSSEClient(sseclient.SSEClient):
-    """sseclient-py's field parser over events our framer already split and bounded.
-
-    sseclient's own ``_read`` re-splits and re-joins every event line by line
-    (unbounded, and quadratic on long lines); our framer did that work already.
-    """
-
-    _event_source: Iterator[bytes]
-
-    def _read(self) -> Iterator[bytes]:
-        return self._event_source
-
-
-_PARSER_LOG = logging.getLogger(_FramedSSEClient.__module__)  # sseclient-py's, for our client
-
-
-def _parse(client: _FramedSSEClient, framed: List[bytes]) -> List[sseclient.Event]:
-    """The ``sseclient.Event`` of each framed event, as sseclient-py parses it.
-
-    An event of one ``data:`` line (what chat APIs send) is made here, as sseclient
-    makes it (the line decoded as UTF-8, one leading space dropped), without its
-    generators; any other event, and every event while sseclient's DEBUG log is
-    on (it logs each one), goes through sseclient.
-
-    Raises:
-        UnicodeDecodeError: an event is not valid UTF-8.
-    """
-    if _PARSER_LOG.isEnabledFor(logging.DEBUG):
-        client._event_source = iter(framed)
-        return list(client.events())
-    events: List[sseclient.Event] = []
-    for raw in framed:  # each ends with b"\n\n", its line endings made b"\n" by the framer
-        if raw.startswith(b"data:") and raw.find(b"\n") == len(raw) - 2:
-            value = raw[:-2].decode("utf-8")[5:]
-            made = sseclient.Event()
-            made.data = value[1:] if value[:1] == " " else value
-            events.append(made)
-        else:
-            client._event_source = iter((raw,))
-            events.extend(client.events())
-    return events
 
 
 def _check_response(response: requests.Response, method: str, translator: Translator) -> None:
@@ -127,6 +87,85 @@ def _http_response(response: requests.Response) -> http.client.HTTPResponse:
     return raw
 
 
+class _HTTPClientFraming:
+    """A body under http.client: chunked, sized or close-delimited, decoded by us."""
+
+    def __init__(
+        self,
+        decoder: FramingDecoder,
+        abort: Budget,
+        errors: Any,
+        truncated: Callable[[], bool],
+        stream_ref: Callable[[], Any],
+        release: Callable[[], None],
+    ) -> None:
+        self._decoder = decoder
+        self._abort = abort
+        self._errors = errors
+        self._truncated = truncated
+        self._stream_ref = stream_ref
+        self._release = release
+
+    @property
+    def done(self) -> bool:
+        return self._decoder.done
+
+    def check(self) -> None:
+        self._abort.check()  # stopped from outside: do not parse what was already queued
+
+    def payload(self, data: Optional[bytes]) -> bytes:
+        assert data is not None
+        try:
+            return self._decoder.feed(data)
+        except http.client.HTTPException as exc:
+            raise self._errors.error(exc) from exc
+
+    def parse(self, framed: List[bytes]) -> List[Any]:
+        try:
+            return parse_events(framed)
+        except UnicodeDecodeError as exc:
+            raise self._errors.error(exc) from exc
+
+    def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
+        if isinstance(error, (OSError, http.client.HTTPException)) and not isinstance(
+            error, WatchdogError
+        ):  # a foreign read error (ours, a TransportError, is an OSError too)
+            self._abort.check()  # our own shutdown caused it: the budget's end, not a reset
+            cause, error = error, self._errors.error(error)
+            error.__cause__ = cause
+        elif error is None:
+            self._abort.check()  # an EOF caused by our own shutdown is not a clean end
+            if eof:
+                try:
+                    self._decoder.eof()
+                except http.client.HTTPException as exc:
+                    return self._errors.error(exc)  # type: ignore[no-any-return]
+            current = self._stream_ref()
+            if current is not None:
+                current.truncated = self._truncated()
+        return error
+
+    def release(self, clean: bool) -> None:
+        self._release()
+
+
+def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Iterator[bytes]:
+    """The bytes that arrived with the headers, from http.client's buffer: each read asks
+    for at least the buffer's size, so none is left where select() cannot see it, and at
+    most one reader turn's worth is taken (a flood from the first byte goes on on the
+    reader, and the first-event limit holds)."""
+    given = 0
+    while not framing.done and given < engine.TURN_BYTES:
+        try:
+            data = raw.fp.read1(_FIRST_READ)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return
+        if not data:
+            return
+        given += len(data)
+        yield data
+
+
 def opener(
     *,
     session: Optional[Session],
@@ -139,16 +178,16 @@ def opener(
     framer: EventFramer,
     stream_ref: Callable[[], Any],
     abort: Budget,
-    feeds: List[engine.Feed],
+    feeds: List[BodyFeed[Any]],
 ) -> Callable[[FedChannel[Any]], None]:
     def open_(channel: FedChannel[Any]) -> None:
         own = session is None
         active = Session() if session is None else session
         follow = str(method).upper() in FOLLOWED_METHODS
-        first = channel._first if channel._taken == 0 else None
         # The first-event limit bounds the connect and the wait for the headers too: this
         # runs in the consumer's thread, which must be back by then.
-        read = None if first is None else max(0.001, channel._created + first - channel._now())
+        left = channel.first_item_left()
+        read = None if left is None else max(0.001, left)
         first_cuts_connect = read is not None and (connect is None or read < connect)
         connect_limit = read if first_cuts_connect else connect
         try:
@@ -191,86 +230,21 @@ def opener(
             response.close()
             if own:
                 active.close()
+            feeds.clear()  # no cycle stays behind (stop -> feeds -> body -> stop)
 
         try:
             _check_response(response, method, errors)
             raw = _http_response(response)
             sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
-            decoder = decoder_for(raw)
-            client = _FramedSSEClient(iter(()))
-            state: List[engine.Feed] = []
-
-            def take(data: bytes) -> bool:
-                abort.check()  # stopped from outside: do not parse what was already queued
-                try:
-                    payload = decoder.feed(data)
-                except http.client.HTTPException as exc:
-                    raise errors.error(exc) from exc
-                events: List[Any] = []
-                if payload:
-                    try:
-                        events = _parse(client, framer.feed(payload))
-                    except UnicodeDecodeError as exc:
-                        raise errors.error(exc) from exc
-                room = channel.offer(events) if events else True
-                framer.check()
-                if state:
-                    state[0].finished = decoder.done
-                return room
-
-            def end(error: Optional[BaseException], eof: bool) -> None:
-                try:
-                    if isinstance(error, (OSError, http.client.HTTPException)):
-                        abort.check()
-                        cause, error = error, errors.error(error)
-                        error.__cause__ = cause
-                    elif error is None:
-                        abort.check()  # an EOF caused by our own shutdown is not a clean end
-                        if eof:
-                            try:
-                                decoder.eof()
-                            except http.client.HTTPException as exc:
-                                error = errors.error(exc)
-                        if error is None:
-                            current = stream_ref()
-                            if current is not None:
-                                current.truncated = framer.truncated()
-                except Cancelled as exc:
-                    error = exc
-                finally:
-                    release()
-                    # No cycle stays behind (feed -> take -> state -> feed, stop -> feeds):
-                    state.clear()
-                    feeds.clear()
-                    channel.set_resume(None)
-                    channel.fed_end(error, completed=error is None)
-                    error = None
-
-            if sock is None:
-                end(None, True)
-                return
-            sock.settimeout(0)
-            made_non_blocking.append(sock)
-            # The bytes that arrived with the headers sit in http.client's buffer.
-            try:
-                while not decoder.done:
-                    try:
-                        data = raw.fp.read1(65536)
-                    except (BlockingIOError, ssl.SSLWantReadError):
-                        break
-                    if not data or not take(data):  # a full buffer: the reader goes on later
-                        break
-            except (Exception, Cancelled) as exc:
-                end(exc, False)
-                return
-            feed = engine.Feed(sock, take, end, channel.flush)
-            state.append(feed)
-            feeds.append(feed)
-            if decoder.done:
-                end(None, False)
-                return
-            channel.set_resume(lambda: engine.kick(feed))
-            engine.add(feed)
+            framing = _HTTPClientFraming(
+                decoder_for(raw), abort, errors, lambda: framer.truncated(), stream_ref, release
+            )
+            if sock is not None:
+                sock.settimeout(0)
+                made_non_blocking.append(sock)
+            fed: BodyFeed[Any] = BodyFeed(sock, framing, framer, is_activity, framing.parse)
+            feeds.append(fed)
+            fed.start(channel, _buffered(raw, framing))
         except BaseException:
             release()
             raise

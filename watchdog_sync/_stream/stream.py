@@ -15,14 +15,15 @@ from typing import Callable, Generic, Iterable, Iterator, List, Optional, TypeVa
 
 from .._core import scope as _scope
 from .._core.budget import Budget
-from .._core.clock import ClockLike, as_clock
-from .._core.config import AS_IDLE, first_limit
-from .._core.durations import Duration, idle_limit
+from .._core.clock import MONOTONIC, Clock, ClockLike, as_clock
+from .._core.config import AS_IDLE
+from .._core.durations import Duration
 from .channel import (
     DEFAULT_MAX_BUFFERED,
     READER_THREAD_NAME,
     Channel,
 )
+from .limits import StreamLimits, stream_limits
 from .stats import StreamStats
 
 __all__ = [
@@ -30,13 +31,16 @@ __all__ = [
     "READER_THREAD_NAME",
     "GuardedStream",
     "StreamStats",
+    "batches_of",
+    "budgets_to_watch",
+    "guard_source",
     "guard_stream",
 ]
 
 T = TypeVar("T")
 
 
-def _batches(channel: Channel[T]) -> Iterator[Iterator[T]]:
+def batches_of(channel: Channel[T]) -> Iterator[Iterator[T]]:
     """Yield one iterator per batch; closing (or collecting) it ends the stream."""
     try:
         yield iter(())  # primed at creation, so that collecting it always runs the finally
@@ -192,8 +196,7 @@ def guard_stream(
             f"source must be an iterable (a generator, a response's iter_lines(), ...), "
             f"not {type(source).__name__}"
         ) from None
-    idle = idle_limit(idle_timeout, "idle_timeout")
-    first = first_limit(first_item_timeout, idle, "first_item_timeout")
+    limits = stream_limits(idle_timeout, first_item_timeout, "first_item_timeout")
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(
             f"budget must be a watchdog_sync.Budget or None, not {type(budget).__name__}"
@@ -204,24 +207,43 @@ def guard_stream(
         raise TypeError(f"max_buffered must be an int, not {type(max_buffered).__name__}")
     if max_buffered < 1:
         raise ValueError(f"max_buffered must be >= 1, got {max_buffered}")
-    stream_clock = as_clock(clock)
+    return guard_source(
+        source,
+        iterator,
+        limits,
+        budget=budget,
+        on_timeout=on_timeout,
+        max_buffered=max_buffered,
+        clock=as_clock(clock),
+    )
+
+
+def guard_source(
+    source: Iterable[T],
+    iterator: Iterator[T],
+    limits: StreamLimits,
+    *,
+    on_timeout: Optional[Callable[[], object]],
+    budget: Optional[Budget] = None,
+    max_buffered: int = DEFAULT_MAX_BUFFERED,
+    clock: Clock = MONOTONIC,
+) -> GuardedStream[T]:
+    """:func:`guard_stream` below the public edge: the arguments checked, the limits resolved."""
     channel: Channel[T] = Channel(
-        idle=idle,
-        first=first,
-        first_named=first_item_timeout is not AS_IDLE and first_item_timeout is not None,
-        budgets=_budgets_to_watch(budget),
+        limits=limits,
+        budgets=budgets_to_watch(budget),
         explicit=budget,
         on_timeout=on_timeout,
         max_buffered=max_buffered,
-        clock=stream_clock,
+        clock=clock,
     )
-    batches = _batches(channel)
+    batches = batches_of(channel)
     next(batches)
     channel.start(source, iterator)
     return GuardedStream(channel, itertools.chain.from_iterable(batches))
 
 
-def _budgets_to_watch(explicit: Optional[Budget]) -> List[Budget]:
+def budgets_to_watch(explicit: Optional[Budget]) -> List[Budget]:
     scoped = _scope.scoped_budget()
     if explicit is None:
         return [] if scoped is None else [scoped]

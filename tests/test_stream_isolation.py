@@ -1,0 +1,252 @@
+"""No stream can slow, stall or stop another on the shared reader: a huge multi-line event and
+comment floods beside a healthy stream, a flood from the first body byte, and a reader killed
+by an event listener (its streams end at once, the next stream gets a fresh reader)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import pytest
+
+import watchdog_sync as ws
+
+from .internals import SHARED_READER_THREAD_NAME
+from .rawserver import (
+    RawServer,
+    end_body,
+    event,
+    read_request_head,
+    send_body_piece,
+    send_sse_head,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+PACE = 0.05  # the healthy stream's gap between events
+HEALTHY_EVENTS = 40
+FLOODS = 6
+
+
+def healthy(conn: socket.socket, stop: threading.Event) -> None:
+    """HEALTHY_EVENTS events PACE apart, then [DONE] and the end."""
+    read_request_head(conn)
+    send_sse_head(conn)
+    for n in range(HEALTHY_EVENTS):
+        if stop.wait(PACE):
+            return
+        send_body_piece(conn, event(n))
+    send_body_piece(conn, b"data: [DONE]\n\n")
+    end_body(conn)
+
+
+def flood(piece: bytes, seconds: float, *, with_head: bool = False) -> Callable[..., None]:
+    """As fast as the client reads: ``piece`` again and again for ``seconds``, then the end."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        body = b"%x\r\n%s\r\n" % (len(piece), piece)
+        if with_head:  # the first body bytes arrive with the headers
+            head = (
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            conn.sendall(head + body)
+        else:
+            send_sse_head(conn)
+        until = time.monotonic() + seconds
+        while time.monotonic() < until and not stop.is_set():
+            conn.sendall(body)
+        end_body(conn)
+
+    return handler
+
+
+_FLOOD_SCRIPT = r"""
+import socket, sys, time
+piece = b":\n\n" * 16384
+body = b"%x\r\n%s\r\n" % (len(piece), piece)
+head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(1)
+listener.settimeout(10)
+print(listener.getsockname()[1], flush=True)
+conn, _ = listener.accept()
+conn.settimeout(10)
+request = b""
+while b"\r\n\r\n" not in request:
+    request += conn.recv(4096)
+conn.sendall(head)
+until = time.monotonic() + float(sys.argv[1])
+try:
+    while time.monotonic() < until:
+        conn.sendall(body)
+    conn.sendall(b"0\r\n\r\n")
+except OSError:
+    pass
+conn.close()
+"""
+
+
+@contextlib.contextmanager
+def flooding_process(seconds: float) -> Iterator[str]:
+    """A server in its own process (it never waits for our GIL) that floods one connection
+    with ``:\n\n`` comments as fast as it is read, for ``seconds``; its URL."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _FLOOD_SCRIPT, str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(seconds + 5)
+        if child.poll() is None:
+            child.kill()
+            child.wait(5)
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+class Consumer(threading.Thread):
+    """Reads one stream_sse stream in a thread: arrival times, events, the error it ended with."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(name="test-consumer")
+        self.url = url
+        self.options = options
+        self.times: List[float] = []
+        self.sizes: List[int] = []
+        self.error: Optional[BaseException] = None
+        self.ended_at: Optional[float] = None
+
+    def run(self) -> None:
+        try:
+            for item in ws.stream_sse(self.url, **self.options):
+                self.times.append(time.monotonic())
+                self.sizes.append(len(item.data))
+        except ws.WatchdogError as exc:
+            self.error = exc
+        finally:
+            self.ended_at = time.monotonic()
+
+    def worst_gap(self) -> float:
+        return max(b - a for a, b in zip(self.times, self.times[1:]))
+
+
+def test_an_8_mib_multi_line_event_does_not_stall_a_healthy_neighbour() -> None:
+    """One data event of 1.1 M short lines (just under the 8 MiB cap, data and comment lines
+    mixed) beside a stream with an event every 50 ms: the event arrives whole, and the
+    neighbour keeps its pace (its parse is linear: sseclient-py's join took 54 s)."""
+    lines = b"data:x\n: c\n" * 360_000 + b"data: y\n" * 240_000
+    big = lines + b"\n"
+    assert len(big) < 8 * 1024 * 1024
+
+    def attacker(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        time.sleep(0.5)  # the healthy stream is under way
+        for start in range(0, len(big), 65536):
+            send_body_piece(conn, big[start : start + 65536])
+        end_body(conn)
+
+    with RawServer(healthy) as good, RawServer(attacker) as bad:
+        neighbour = Consumer(good.url, idle_timeout=1.0)
+        heavy = Consumer(bad.url, idle_timeout=5.0)
+        neighbour.start()
+        heavy.start()
+        neighbour.join(30)
+        heavy.join(30)
+    assert heavy.error is None and heavy.sizes == [360_000 * 2 + 240_000 * 2 - 1]
+    assert neighbour.error is None and len(neighbour.times) == HEALTHY_EVENTS + 1
+    assert neighbour.worst_gap() < 0.5, neighbour.worst_gap()
+
+
+def test_comment_floods_do_not_starve_a_healthy_neighbour() -> None:
+    """Six streams flooding ``:\\n\\n`` as fast as they are read (servers in their own processes)
+    beside a healthy one: the healthy stream gets every event, its worst gap under 0.25 s
+    (was 1.4-4.2 s), and the floods' consumers see no event."""
+    seconds = PACE * HEALTHY_EVENTS + 0.5
+    with contextlib.ExitStack() as stack, RawServer(healthy) as good:
+        urls = [stack.enter_context(flooding_process(seconds)) for _ in range(FLOODS)]
+        flooders = [Consumer(url, idle_timeout=30.0) for url in urls]
+        for c in flooders:
+            c.start()
+        neighbour = Consumer(good.url, idle_timeout=1.0)
+        neighbour.start()
+        neighbour.join(30)
+        for c in flooders:
+            c.join(30)
+    assert neighbour.error is None and len(neighbour.times) == HEALTHY_EVENTS + 1
+    assert neighbour.worst_gap() < 0.25, neighbour.worst_gap()
+    assert all(c.error is None and c.sizes == [] for c in flooders)
+
+
+def test_a_flood_from_the_first_body_byte_is_charged_to_the_first_event_limit() -> None:
+    """Comments from the first byte on (sent with the headers), never data: the stream ends
+    at its first-event limit (1 s), not when the flood stops (was 13.5 s for a 12 s flood)."""
+    with RawServer(flood(b": ping\n\n" * 8192, 8.0, with_head=True)) as server:
+        started = time.monotonic()
+        with pytest.raises(ws.StreamIdleTimeout):
+            for _ in ws.stream_sse(server.url, idle_timeout=1.0):
+                pass
+        elapsed = time.monotonic() - started
+    assert 0.8 <= elapsed < 2.5, elapsed
+
+
+def test_a_reader_killed_by_a_listener_ends_its_streams_at_once_and_is_replaced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A listener raising SystemExit on the shared reader's thread ends the reader: the streams
+    it held end within 1 s with stream_reader_failed (not at their idle limit of 30 s), the
+    cause is logged once, and the next stream is served by a fresh reader."""
+    killed = threading.Event()
+
+    def killer(observed: Any) -> None:
+        on_reader = threading.current_thread().name == SHARED_READER_THREAD_NAME
+        if on_reader and observed.event == "first_byte" and not killed.is_set():
+            killed.set()
+            raise SystemExit("a listener ends the thread it runs on")
+
+    def slow(conn: socket.socket, stop: threading.Event) -> None:
+        """Headers, then an event every 50 ms for 2.5 s: the first one arrives on the reader."""
+        read_request_head(conn)
+        send_sse_head(conn)
+        for n in range(50):
+            if stop.wait(0.05):
+                return
+            send_body_piece(conn, event(n))
+        end_body(conn)
+
+    undo = ws.add_listener(killer)
+    try:
+        with RawServer(slow) as server:
+            held = [Consumer(server.url, idle_timeout=30.0) for _ in range(3)]
+            for c in held:
+                c.start()
+            assert killed.wait(10)
+            dead_at = time.monotonic()
+            for c in held:
+                c.join(10)
+            ended = [c.ended_at for c in held]
+            errors = [c.error for c in held]
+            after = Consumer(server.url, idle_timeout=5.0)
+            after.run()  # in this thread: the next stream, on a fresh reader
+    finally:
+        undo()
+    assert all(isinstance(e, ws.WatchdogError) for e in errors), errors
+    assert {getattr(e, "reason", None) for e in errors} == {"stream_reader_failed"}
+    assert all(at is not None and at - dead_at < 1.0 for at in ended), ended
+    assert after.error is None and len(after.times) == 50
+    logged: Dict[str, int] = {}
+    for record in caplog.records:
+        if "shared stream reader stopped" in record.getMessage():
+            logged[record.levelname] = logged.get(record.levelname, 0) + 1
+    assert logged == {"ERROR": 1}

@@ -1,0 +1,40 @@
+"""A stream's idle limits, resolved once at the public edge into one frozen value.
+
+Public entry points take durations in every spelling the contract allows (a
+float or ``timedelta``, ``None`` / ``inf`` / ``<= 0`` for off, a marker for "as
+the idle limit" or "the environment's default"); :func:`stream_limits` turns
+them into a :class:`StreamLimits` once, and everything below takes that value
+and never reads a marker again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from .._core.config import AS_IDLE, first_limit, idle_setting
+
+__all__ = ["StreamLimits", "stream_limits"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamLimits:
+    """Seconds allowed between data events (``idle``) and until the first one (``first``);
+    ``None``: off. ``first_named``: the first limit was given by its own name, so a timeout
+    before the first event names that setting."""
+
+    idle: Optional[float] = None
+    first: Optional[float] = None
+    first_named: bool = False
+
+
+def stream_limits(idle_timeout: Any, first_timeout: Any, first_name: str) -> StreamLimits:
+    """Resolve an entry point's two limits (``first_name``: its first-event argument's name).
+
+    Raises:
+        TypeError, ValueError: a bad duration (the message names the argument).
+    """
+    idle = idle_setting(idle_timeout)
+    first = first_limit(first_timeout, idle, first_name)
+    named = first_timeout is not AS_IDLE and first_timeout is not None
+    return StreamLimits(idle, first, named)
