@@ -30,9 +30,9 @@ from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
-DEADLINE = 0.2
+DEADLINE = 0.15
 SLACK = 1.0  # generous for 2 noisy cores; the overshoot measured is a few ms
-LATE = 0.3  # how long the phase that nothing interrupts takes
+LATE = 0.25  # how long the phase that nothing interrupts takes
 SLOW_NAME = "slow.invalid"
 LIBRARIES = {"httpx2": httpx2, "httpx": httpx}
 # Who sends: httpx_client() over httpx2 and httpx, the SDKs on httpx_client(), and after
