@@ -257,6 +257,23 @@ def test_httpcore_is_where_the_hooks_reach() -> None:
     assert httpcore_shapes() == {"httpx2": True, "httpx": True}
 
 
+@pytest.mark.parametrize("kind", ["httpx2", "instrumented-httpx2"])
+def test_cancel_while_waiting_for_the_headers_shuts_the_socket_at_once(
+    gateway: FaultGateway, instrumented: None, kind: str
+) -> None:
+    """budget.cancel() from another thread, before any response exists: the request ends
+    at once (it used to wait for the read timeout clipped at the start, here 10 s)."""
+    base = gateway.base_url("no_headers")
+    with sender(kind, base) as call:
+        started = time.monotonic()
+        with pytest.raises(ws.OperationCancelled), ws.deadline(10) as budget:
+            ws.Budget(DEADLINE).on_done(lambda _: budget.cancel())  # on the watchdog thread
+            call()
+        elapsed = time.monotonic() - started
+    assert DEADLINE - 0.05 <= elapsed < DEADLINE + SLACK
+    assert wait_for(lambda: hung_up(gateway, base))
+
+
 def test_a_dripping_head_counts_against_the_first_event_limit(gateway: FaultGateway) -> None:
     """A streaming request's first-event limit covers its whole head, not each read: a head
     dripping a line every 0.03 s is sent again after 0.15 s, twice, then StreamIdleTimeout."""
