@@ -3,15 +3,17 @@
 Usage: python benchmarks/fault_matrix.py [--jobs 3] [--scenarios a,b] [--clients x,y]
 
 Needs the benchmark extra for the peers: ``pip install -e ".[bench]"`` (openai,
-anthropic, httpx, httpx2, httpx-sse, tenacity, stamina); ``--clients ChatClient``
-runs without it.
+anthropic, httpx, httpx2, httpx-sse, tenacity, stamina; google-genai and litellm
+for their columns); ``--clients ChatClient`` runs without it.
 
 Every client is configured as a competent user would, for a total deadline
 D = 4 s and an idle (read) timeout I = 1 s. The ``*_httpx_client`` columns are
 the SDKs as docs/howto-keep-your-sdk.md has them: ``http_client=httpx_client(
 idle_timeout=I)``, the call inside ``deadline(D)``, the SDK's own retries left
-at their default. The anthropic columns talk to the gateway's Anthropic
-Messages API rendering of each scenario. Each call runs in its own
+at their default (google-genai's are off: ``retry_call`` owns them). The
+anthropic columns talk to the gateway's Anthropic Messages API rendering of
+each scenario, the google_genai columns to its Gemini API rendering (a 429's
+Retry-After is the body's ``RetryInfo.retryDelay`` there). Each call runs in its own
 process, killed 10 s after it started (a HANG); the FaultGateway runs in this
 process on 127.0.0.1, with a fresh base_url per call, so the requests a call
 sent are counted exactly. The clients of one scenario run ``--jobs`` at a time.
@@ -63,6 +65,7 @@ STARTUP_LIMIT = 60.0  # a child's imports and client set-up (not timed)
 TEXT = "Hello from the fault matrix."
 MODEL = "bench-model"
 API_KEY = "sk-bench-0000"
+GEMINI_KEY = "AIza-bench-0000"
 MESSAGES = [{"role": "user", "content": "Say hello."}]
 
 # (scenario, expected outcome), default options: the rows of the first survey of the peers.
@@ -96,6 +99,13 @@ MORE_SCENARIOS: Sequence[Tuple[str, str]] = (
 )
 EXPECTED: Dict[str, str] = dict((*SCENARIOS, *MORE_SCENARIOS))
 PEER_MODULES = ("openai", "anthropic", "httpx", "httpx2", "httpx_sse", "tenacity", "stamina")
+# Needed only by their own columns.
+COLUMN_MODULES = {
+    "google_genai": "google.genai",
+    "google_genai_httpx_client": "google.genai",
+    "litellm_sdk": "litellm",
+    "litellm_sdk_instrument": "litellm",
+}
 
 
 # -- what a client got back ------------------------------------------------------------
@@ -365,6 +375,109 @@ def _in_deadline(call: Call) -> Call:
     return bounded
 
 
+def _genai_call(client: Any) -> Call:
+    models = client.models  # the SDK's modules load before the clock starts
+
+    def call() -> Answer:
+        answer = Answer()
+        # ``client`` is used here: collected, it would close its httpx client under ``models``.
+        assert client.models is models
+        for chunk in models.generate_content_stream(model=MODEL, contents="Say hello."):
+            candidate = chunk.candidates[0] if chunk.candidates else None
+            reason = None if candidate is None else candidate.finish_reason
+            parts = candidate.content.parts if candidate and candidate.content else None
+            text = "".join(p.text or "" for p in parts or [])
+            answer.add(text, None if reason is None else str(getattr(reason, "value", reason)))
+        return answer
+
+    return call
+
+
+def google_genai(base_url: str) -> Call:
+    """google-genai tuned: timeout I (its one timeout, per request phase and read) and its own
+    retries (HttpRetryOptions: 3 attempts, 0.5 s doubling up to 2 s, its default statuses)."""
+    from google import genai
+    from google.genai import types
+
+    options = types.HttpOptions(
+        base_url=base_url,
+        timeout=int(IDLE * 1000),  # milliseconds
+        retry_options=types.HttpRetryOptions(attempts=3, initial_delay=0.5, max_delay=2.0),
+    )
+    return _genai_call(genai.Client(api_key=GEMINI_KEY, http_options=options))
+
+
+def google_genai_httpx_client(base_url: str) -> Call:
+    """google-genai on ``httpx_client(idle_timeout=I)``, its retries off, ``retry_call`` (default
+    policy) the one retry owner, in ``deadline(D)``."""
+    from google import genai
+    from google.genai import types
+
+    from watchdog_sync import httpx_client, retry_call
+
+    options = types.HttpOptions(
+        base_url=base_url,
+        httpx_client=httpx_client(idle_timeout=IDLE),
+        retry_options=types.HttpRetryOptions(attempts=1),
+    )
+    attempt = _genai_call(genai.Client(api_key=GEMINI_KEY, http_options=options))
+    return _in_deadline(lambda: retry_call(attempt))
+
+
+def _litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of its cost map
+    import litellm
+
+    litellm.suppress_debug_info = True  # it prints to stdout, which carries our results
+    return litellm
+
+
+def _litellm_call(base_url: str, **settings: Any) -> Call:
+    litellm = _litellm()
+
+    def call() -> Answer:
+        answer = Answer()
+        chunks = litellm.completion(
+            model="openai/" + MODEL,
+            messages=MESSAGES,
+            stream=True,
+            api_base=base_url,
+            api_key=API_KEY,
+            **settings,
+        )
+        for chunk in chunks:
+            if chunk.choices:
+                choice = chunk.choices[0]
+                answer.add(choice.delta.content, choice.finish_reason)
+            else:
+                answer.add(None, None)
+        return answer
+
+    return call
+
+
+def litellm_sdk(base_url: str) -> Call:
+    """The LiteLLM SDK tuned: timeout D, stream_timeout I (both per read), 2 retries."""
+    return _litellm_call(base_url, timeout=DEADLINE, stream_timeout=IDLE, max_retries=2)
+
+
+def litellm_sdk_instrument(base_url: str) -> Call:
+    """The LiteLLM SDK with its defaults, after ``instrument()``, the call inside ``deadline(D)``."""
+    import watchdog_sync as ws
+
+    sdk_call = _litellm_call(base_url)
+
+    def call() -> Answer:
+        undo = ws.instrument()
+        try:
+            with ws.deadline(DEADLINE):
+                return sdk_call()
+        finally:
+            undo()
+
+    return call
+
+
 CLIENTS: Dict[str, Callable[[str], Call]] = {
     "ChatClient": chat_client,
     "requests_sseclient": requests_sseclient,
@@ -378,16 +491,24 @@ CLIENTS: Dict[str, Callable[[str], Call]] = {
     "anthropic_sdk": anthropic_sdk,
     "anthropic_sdk_httpx_client": anthropic_sdk_httpx_client,
     "anthropic_sdk_instrument": anthropic_sdk_instrument,
+    "google_genai": google_genai,
+    "google_genai_httpx_client": google_genai_httpx_client,
+    "litellm_sdk": litellm_sdk,
+    "litellm_sdk_instrument": litellm_sdk_instrument,
 }
-# The clients that speak the Anthropic Messages API (the gateway's api="anthropic" routes).
+# The clients that speak the Anthropic Messages API (the gateway's api="anthropic" routes)
+# and the Gemini API (api="gemini").
 ANTHROPIC_CLIENTS = frozenset(
     {"anthropic_sdk", "anthropic_sdk_httpx_client", "anthropic_sdk_instrument"}
 )
+GEMINI_CLIENTS = frozenset({"google_genai", "google_genai_httpx_client"})
 
 
 def base_url(gateway: FaultGateway, scenario: str, client: str) -> str:
     """A fresh route for one call, in the wire format the client speaks."""
     api = "anthropic" if client in ANTHROPIC_CLIENTS else "openai"
+    if client in GEMINI_CLIENTS:
+        api = "gemini"
     return gateway.base_url(scenario, api=api, text=TEXT)
 
 
@@ -634,6 +755,10 @@ def _versions(clients: Sequence[str]) -> str:
     names = ["watchdog-sync", "requests", "urllib3", "sseclient-py"]
     if set(clients) - {"ChatClient"}:
         names += ["openai", "anthropic", "httpx", "httpx2", "httpx-sse", "tenacity", "stamina"]
+    if GEMINI_CLIENTS & set(clients):
+        names.append("google-genai")
+    if {"litellm_sdk", "litellm_sdk_instrument"} & set(clients):
+        names.append("litellm")
     found = []
     for name in names:
         try:
@@ -653,6 +778,13 @@ def _choose(given: Optional[str], known: Sequence[str], what: str) -> List[str]:
     return chosen
 
 
+def _find(module: str) -> Any:
+    try:
+        return importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # its parent package (google) is missing
+        return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3, help="calls at once (default 3)")
@@ -667,7 +799,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     clients = _choose(args.clients, list(CLIENTS), "client")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
-    missing = [m for m in PEER_MODULES if importlib.util.find_spec(m) is None]
+    wanted = [*PEER_MODULES, *sorted({COLUMN_MODULES[c] for c in clients if c in COLUMN_MODULES})]
+    missing = [m for m in wanted if _find(m) is None]
     if missing and set(clients) - {"ChatClient"}:
         print(
             f"fault_matrix: the peer clients need {', '.join(missing)}, which are not installed.\n"

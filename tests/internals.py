@@ -26,17 +26,20 @@ from watchdog_sync._http.guard import clip_timeout
 from watchdog_sync._http.json_object import json_object
 from watchdog_sync._httpx import head as head_module
 from watchdog_sync._httpx.call import request_model
+from watchdog_sync._httpx.http2 import shape_problems as h2_shape_problems
 from watchdog_sync._httpx.httpcore_hooks import shapes as httpcore_shapes
 from watchdog_sync._httpx.instrument_httpx import httpx_patches
 from watchdog_sync._propagate.celery import HEADER_DEADLINE, HEADER_TIMEOUT, task_window
 from watchdog_sync._propagate.wallclock import time_left
+from watchdog_sync._ray.carry import carried_now, run_carried, seconds_left
 from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._stream import engine as engine_module
 from watchdog_sync._stream.body import FramingDecoder, body_pieces
-from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME
+from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME, TURN_BYTES, Feed
+from watchdog_sync._stream.engine import add as add_feed
 from watchdog_sync._stream.fed import FedChannel, fed_stream
 from watchdog_sync._stream.framing import EventFramer
 from watchdog_sync._stream.limits import StreamLimits
@@ -86,6 +89,9 @@ __all__ = [
     "READER_THREAD_NAME",
     "SCENARIOS",
     "SHARED_READER_THREAD_NAME",
+    "TURN_BYTES",
+    "Feed",
+    "add_feed",
     "StreamLimits",
     "FramingDecoder",
     "_GUARD_ATTR",
@@ -99,6 +105,7 @@ __all__ = [
     "body_pieces",
     "buffered_body_events",
     "buffered_events",
+    "carried_now",
     "clip_timeout",
     "config_module",
     "context_with_fields",
@@ -111,6 +118,7 @@ __all__ = [
     "event_fields",
     "excerpt",
     "fed_stream",
+    "h2_shape_problems",
     "head_module",
     "httpcore_shapes",
     "httpx_patches",
@@ -119,8 +127,10 @@ __all__ = [
     "redact_module",
     "pooled_connections",
     "request_model",
+    "run_carried",
     "run_demo",
     "sample_preload_module",
+    "seconds_left",
     "shared_reader_lock",
     "error_event",
     "json_object",

@@ -233,3 +233,32 @@ def test_a_transport_error_an_inner_layer_marked_permanent_stays_permanent() -> 
     result = ws.classify(err)
     assert (result.transport_code, result.retryable) == ("ECONNRESET", False)
     assert ws.classify(ws.TransportError("reset", transport_code="ECONNRESET")).retryable is True
+
+
+def test_an_sdk_error_raised_while_handling_ours_is_classified_as_ours() -> None:
+    """LiteLLM re-raises the openai SDK's error without ``from`` (ours is its __context__), and
+    keeps it as ``original_exception``: the verdict is our error's, not a generic 500's."""
+    import httpx2
+    import openai
+
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
+
+    class Wrapper(openai.APIConnectionError):  # the shape of litellm's wrappers
+        def __init__(self, original: BaseException, delivered: bool) -> None:
+            super().__init__(message="wrapped", request=request)
+            self.original_exception = original
+            self.is_pre_first_chunk = not delivered
+
+    cut = ws.StreamProtocolError("cut", reason="no_finish_reason", chunks_received=5)
+    try:
+        try:
+            raise cut
+        except ws.StreamProtocolError:
+            raise openai.APIConnectionError(message="inner", request=request)  # noqa: B904
+    except openai.APIConnectionError as inner:
+        by_context = inner
+    assert ws.classify(by_context).reason == "no_finish_reason"
+    assert ws.classify(Wrapper(by_context, delivered=True)).reason == "no_finish_reason"
+    reset = openai.APIConnectionError(message="reset", request=request)
+    assert ws.classify(Wrapper(reset, delivered=False)).retryable
+    assert not ws.classify(Wrapper(reset, delivered=True)).retryable  # chunks came: no replay

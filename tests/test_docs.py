@@ -9,6 +9,7 @@ from typing import Iterable, List
 import pytest
 
 import watchdog_sync
+import watchdog_sync.ray
 import watchdog_sync.testing
 
 from .internals import config_module
@@ -42,6 +43,10 @@ def test_every_public_name_is_in_the_reference() -> None:
 
 def test_every_testing_name_is_in_the_reference() -> None:
     assert _missing(watchdog_sync.testing.__all__) == []
+
+
+def test_every_ray_name_is_in_the_reference() -> None:
+    assert _missing(f"watchdog_sync.ray.{name}" for name in watchdog_sync.ray.__all__) == []
 
 
 def test_every_environment_variable_of_config_is_in_the_reference() -> None:

@@ -41,11 +41,13 @@ def test_the_matrix_has_the_peers_tables_rows_and_columns() -> None:
         "ChatClient", "requests_sseclient", "openai_sdk", "openai_sdk_defaults",
         "openai_sdk_instrument", "httpx_sse", "tenacity_requests", "stamina_requests",
         "openai_sdk_httpx_client", "anthropic_sdk", "anthropic_sdk_httpx_client",
-        "anthropic_sdk_instrument",
+        "anthropic_sdk_instrument", "google_genai", "google_genai_httpx_client", "litellm_sdk",
+        "litellm_sdk_instrument",
     ]  # fmt: skip
     assert sorted(matrix.ANTHROPIC_CLIENTS) == [
         "anthropic_sdk", "anthropic_sdk_httpx_client", "anthropic_sdk_instrument",
     ]  # fmt: skip
+    assert sorted(matrix.GEMINI_CLIENTS) == ["google_genai", "google_genai_httpx_client"]
 
 
 @pytest.mark.parametrize(
@@ -139,3 +141,14 @@ def test_the_anthropic_clients_speak_the_anthropic_api(scenario: str, error: Any
             assert matrix.judge(run) == (True, f"PASS {run.elapsed:.2f}s, 1 req")
             assert run.error == error
             assert [seen.api for seen in gateway.requests_seen()][-1] == "anthropic"
+
+
+@pytest.mark.parametrize(("scenario", "error"), [("ok", None), ("http401", "ClientError")])
+def test_the_gemini_clients_speak_the_gemini_api(scenario: str, error: Any) -> None:
+    """Each google_genai column reaches the gateway's Gemini API and passes a fast row."""
+    with FaultGateway() as gateway:
+        for client in sorted(matrix.GEMINI_CLIENTS):
+            run = matrix.run_in_process(scenario, client, gateway)
+            assert matrix.judge(run) == (True, f"PASS {run.elapsed:.2f}s, 1 req")
+            assert run.error == error
+            assert [seen.api for seen in gateway.requests_seen()][-1] == "gemini"

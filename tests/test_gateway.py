@@ -516,13 +516,21 @@ def test_pings_only_sends_named_ping_events_and_never_data(
 # -- a head that never ends ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("api", "body"), [("openai", STREAM), ("anthropic", CHAT)])
+PATHS = {
+    "openai": "/chat/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/m:streamGenerateContent?alt=sse",
+}
+
+
+@pytest.mark.parametrize(
+    ("api", "body"), [("openai", STREAM), ("anthropic", CHAT), ("gemini", CHAT)]
+)
 def test_early_hints_flood_sends_103s_and_never_a_final_response(
     fault_gateway: FaultGateway, raw: List[Raw], api: str, body: Dict[str, Any]
 ) -> None:
     base = fault_gateway.base_url("early_hints_flood", api=api, interval=0.05, duration=0.2)
-    path = "/chat/completions" if api == "openai" else "/v1/messages"
-    client = Raw(base, body, path=path)
+    client = Raw(base, body, path=PATHS[api])
     raw.append(client)
     data = client.read_all(timeout=3)  # the gateway gives up by itself after `duration`
     heads = data.split(b"\r\n\r\n")
@@ -533,13 +541,12 @@ def test_early_hints_flood_sends_103s_and_never_a_final_response(
     assert seen.status == 103 and seen.ended_at is not None
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", ["openai", "anthropic", "gemini"])
 def test_header_drip_sends_a_status_line_then_one_header_line_per_interval(
     fault_gateway: FaultGateway, raw: List[Raw], api: str
 ) -> None:
     base = fault_gateway.base_url("header_drip", api=api, interval=0.05, duration=0.2)
-    path = "/chat/completions" if api == "openai" else "/v1/messages"
-    client = Raw(base, STREAM, path=path)
+    client = Raw(base, STREAM, path=PATHS[api])
     raw.append(client)
     data = client.read_all(timeout=3)
     assert b"\r\n\r\n" not in data  # the head never ends

@@ -252,8 +252,8 @@ def test_requests_seen_redacts_the_sdks_and_raw_api_key_headers(
 
 
 def test_unknown_api_lists_the_valid_ones(fault_gateway: FaultGateway) -> None:
-    with pytest.raises(ValueError, match=r"unknown api 'gemini'.*'openai', 'anthropic'"):
-        fault_gateway.base_url("ok", api="gemini")
+    with pytest.raises(ValueError, match=r"unknown api 'vertex'.*'openai', 'anthropic', 'gemini'"):
+        fault_gateway.base_url("ok", api="vertex")
 
 
 def test_anthropic_errors_have_no_code_option(fault_gateway: FaultGateway) -> None:

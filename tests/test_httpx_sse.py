@@ -34,6 +34,13 @@ OVERLOADED = (
     b"event: error\n"
     b'data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}\n\n'
 )
+GEMINI = b'data: {"candidates": [{"content": {"parts": [{"text": "hi"}], "role": "model"}}]}\n\n'
+GEMINI_STOP = b'data: {"candidates": [{"content": {"parts": []}, "finishReason": "STOP"}]}\n\n'
+GEMINI_BLOCKED = b'data: {"promptFeedback": {"blockReason": "SAFETY"}}\n\n'
+GEMINI_UNAVAILABLE = (
+    b'data: {"error": {"code": 503, "message": "The model is overloaded.", '
+    b'"status": "UNAVAILABLE"}}\n\n'
+)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +65,8 @@ def test_only_data_events_other_than_pings_are_activity(event: bytes, activity: 
         [CHUNK, b"data: [DONE]\n\n"],
         [DELTA, STOP],
         [b"event: response.created\ndata: {}\n\n", b"event: response.completed\ndata: {}\n\n"],
+        [GEMINI, GEMINI_STOP],
+        [GEMINI_BLOCKED],
         [b"data: something else\n\n"],  # a format we do not know: it ends as the server ended it
     ],
 )
@@ -69,7 +78,8 @@ def test_a_stream_with_its_terminal_event_ends_cleanly(events: List[bytes]) -> N
 
 
 @pytest.mark.parametrize(
-    "events", [[CHUNK, CHUNK], [DELTA], [b"event: response.created\ndata: {}\n\n"]]
+    "events",
+    [[CHUNK, CHUNK], [DELTA], [b"event: response.created\ndata: {}\n\n"], [GEMINI, GEMINI]],
 )
 def test_a_known_stream_cut_before_its_terminal_event_is_no_finish_reason(
     events: List[bytes],
@@ -93,6 +103,30 @@ def test_an_overloaded_error_event_is_a_classified_529() -> None:
     assert isinstance(late, ws.HTTPStatusError) and not ws.classify(late).retryable
     odd = error_event(json_object(b"not json"), 0)
     assert isinstance(odd, ws.StreamProtocolError) and odd.reason == "stream_error"
+
+
+def test_a_data_event_that_is_not_utf8_is_a_malformed_event() -> None:
+    """As stream_sse says of one: no SDK decodes it with replacement characters."""
+    assert EventWatch().note('data: {"text": "h\u00e9"}\n\n'.encode())  # UTF-8 is fine
+    with pytest.raises(ws.StreamProtocolError) as info:
+        EventWatch().note(b'data: {"text": "bad \xff\xfe"}\n\n')
+    assert info.value.reason == "malformed_event"
+    assert not ws.classify(info.value).retryable
+
+
+def test_a_gemini_error_payload_is_a_classified_http_status() -> None:
+    """``{"error": {"code": 503, "status": "UNAVAILABLE"}}``: before any event a retryable 503;
+    after one, not retryable. An OpenAI-style ``{"error": ...}`` is left to the SDK."""
+    with pytest.raises(ws.HTTPStatusError) as info:
+        EventWatch().note(GEMINI_UNAVAILABLE)
+    verdict = ws.classify(info.value)
+    assert (info.value.status, verdict.reason, verdict.retryable) == (503, "unavailable", True)
+    watch = EventWatch()
+    watch.note(GEMINI)
+    with pytest.raises(ws.HTTPStatusError) as late:
+        watch.note(GEMINI_UNAVAILABLE)
+    assert not ws.classify(late.value).retryable
+    assert EventWatch().note(b'data: {"error": {"message": "x", "type": "server_error"}}\n\n')
 
 
 def sse_server(*pieces: bytes, gap: float = 0.0, then_wait: bool = False) -> RawServer:

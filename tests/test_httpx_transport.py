@@ -63,12 +63,14 @@ def client() -> Iterator[httpx2.Client]:
 
 
 def test_import_watchdog_sync_imports_no_httpx() -> None:
-    """httpx2, httpx and the SDKs stay unimported until HTTPXTransport is used."""
+    """httpx2, httpx and the SDKs (google-genai, litellm, langchain-openai too) stay unimported
+    until HTTPXTransport is used."""
     code = (
         "import sys, watchdog_sync\n"
         "watchdog_sync.HTTPXTransport, watchdog_sync.httpx_client\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('httpx', 'httpx2', 'httpcore', 'httpcore2', 'openai', 'anthropic')))\n"
+        "('httpx', 'httpx2', 'httpcore', 'httpcore2', 'openai', 'anthropic', 'google', "
+        "'litellm', 'langchain_openai', 'langchain_core')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
     assert out.returncode == 0, out.stderr

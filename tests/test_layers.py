@@ -19,8 +19,10 @@ pytestmark = pytest.mark.timeout(30)
 
 PACKAGE = "watchdog_sync"
 ROOT = pathlib.Path(watchdog_sync.__file__).parent
-# core < retry < http < stream < httpx < chat, sample, propagate < testing, telemetry < cli;
-# the door re-exports them all (but telemetry, which imports OpenTelemetry). The transport is
+# core < retry < http < stream < httpx < chat, sample, propagate < testing, telemetry, ray < cli;
+# the door re-exports them all (but telemetry, which imports OpenTelemetry, and ray, whose public
+# face watchdog_sync.ray is imported by nothing; it runs run_sample and reuses propagate's
+# wall-clock deadline, so it sits above both). The transport is
 # three parts: http (requests/urllib3), stream (the stream engine, stream_sse over Session),
 # httpx (its transport and client over both, and instrument(), which patches urllib3 and httpx).
 RANKS = {
@@ -34,6 +36,7 @@ RANKS = {
     "propagate": 5,
     "testing": 6,
     "telemetry": 6,
+    "ray": 6,
     "cli": 7,
 }
 DOOR = 8

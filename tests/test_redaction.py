@@ -12,7 +12,7 @@ import pytest
 import requests
 
 import watchdog_sync as ws
-from tests.internals import excerpt
+from tests.internals import excerpt, redact_module
 from tests.rawserver import RawServer, read_request_head
 from watchdog_sync.cli import main
 from watchdog_sync.testing import FakeClock
@@ -396,3 +396,12 @@ def test_every_error_message_passes_the_policy() -> None:
     assert str(error) == (
         "failed: Authorization: [REDACTED] and api_key=[REDACTED] \\x1b[31m http://[REDACTED]@host/"
     )
+
+
+def test_a_google_api_key_and_its_header_are_masked() -> None:
+    """Gemini's keys (``AIza...``) and google-genai's ``x-goog-api-key`` header, like ``sk-``."""
+    key = "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW"
+    text = redact_module.redact(f"error: API key not valid: {key} (x-goog-api-key: {key})")
+    assert key not in text and text.count(redact_module.MASK) == 2
+    headers = redact_module.safe_headers({"X-Goog-Api-Key": key, "Accept": "*/*"})
+    assert headers == {"X-Goog-Api-Key": redact_module.MASK, "Accept": "*/*"}

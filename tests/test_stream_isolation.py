@@ -10,13 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
 import watchdog_sync as ws
 
-from .internals import SHARED_READER_THREAD_NAME
+from .internals import SHARED_READER_THREAD_NAME, TURN_BYTES, Feed, add_feed
 from .rawserver import (
     RawServer,
     end_body,
@@ -25,6 +25,7 @@ from .rawserver import (
     send_body_piece,
     send_sse_head,
 )
+from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -169,10 +170,64 @@ def test_an_8_mib_multi_line_event_does_not_stall_a_healthy_neighbour() -> None:
     assert neighbour.worst_gap() < 0.5, neighbour.worst_gap()
 
 
+def test_a_flooding_socket_gets_one_bounded_slice_per_turn_while_another_waits() -> None:
+    """Two sockets with ~230 KiB waiting each: the shared reader reads one at most TURN_BYTES
+    (and the read that crosses it) before it serves the other, whatever the flood holds (it
+    read up to 16 x 64 KiB from one socket per turn)."""
+    pairs = [socket.socketpair() for _ in range(2)]
+    takes: List[Tuple[int, int]] = []  # (which, bytes), in the reader's order
+    entered, gate = threading.Event(), threading.Event()
+    ended: List[int] = []
+
+    def taker(which: int) -> Callable[[bytes], bool]:
+        def take(data: bytes) -> bool:
+            entered.set()
+            gate.wait(10)  # the first take holds the reader until both floods wait in full
+            takes.append((which, len(data)))
+            return True
+
+        return take
+
+    try:
+        for which, (ours, theirs) in enumerate(pairs):
+            ours.setblocking(False)
+            theirs.send(b":")  # ready now: the reader takes it, then waits at the gate
+            add_feed(
+                Feed(ours, taker(which), lambda e, eof, w=which: ended.append(w), lambda: None)
+            )
+        assert entered.wait(5)
+        for _, theirs in pairs:
+            theirs.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    theirs.send(b":\n\n" * 16384)
+        gate.set()
+        assert wait_for(lambda: sum(n for _, n in takes) >= 2 * 200_000, 10)
+    finally:
+        gate.set()
+        for _, theirs in pairs:
+            theirs.close()
+        assert wait_for(lambda: len(ended) == 2, 10)
+        for ours, _ in pairs:
+            ours.close()
+    runs: List[int] = []  # bytes of each run of takes from one socket
+    previous = None
+    for which, size in takes:
+        if which == previous:
+            runs[-1] += size
+        else:
+            runs.append(size)
+        previous = which
+    assert max(runs) <= 2 * TURN_BYTES, runs
+    assert len(runs) >= 4, runs  # the two took turns
+
+
 def test_comment_floods_do_not_starve_a_healthy_neighbour() -> None:
     """Six streams flooding ``:\\n\\n`` as fast as they are read (servers in their own processes)
-    beside a healthy one: the healthy stream gets every event, its worst gap under 0.25 s
-    (was 1.4-4.2 s), and the floods' consumers see no event."""
+    beside a healthy one: the healthy stream gets every event, with no gap of seconds (issue
+    20 measured 1.4-4.2 s; here 0.12-0.15 s on a quiet machine, 0.34 s before the bounded
+    turn, 0.37 s with the whole suite and five other jobs on two cores: the bound is generous,
+    the turn itself is pinned by the test above), and the floods' consumers see no event."""
     seconds = PACE * HEALTHY_EVENTS + 0.5
     with contextlib.ExitStack() as stack, RawServer(healthy) as good:
         urls = [stack.enter_context(flooding_process(seconds)) for _ in range(FLOODS)]
@@ -185,7 +240,7 @@ def test_comment_floods_do_not_starve_a_healthy_neighbour() -> None:
         for c in flooders:
             c.join(30)
     assert neighbour.error is None and len(neighbour.times) == HEALTHY_EVENTS + 1
-    assert neighbour.worst_gap() < 0.25, neighbour.worst_gap()
+    assert neighbour.worst_gap() < 1.0, neighbour.worst_gap()
     assert all(c.error is None and c.sizes == [] for c in flooders)
 
 

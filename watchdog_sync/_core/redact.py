@@ -6,7 +6,7 @@ through here. The policy, in order:
 
 1. the call's own secrets (API key, credential header values, URL userinfo),
    in their plain, JSON-escaped, repr-escaped and percent-encoded forms, and
-   anything shaped like a credential (``Bearer ...``, ``sk-...``,
+   anything shaped like a credential (``Bearer ...``, ``sk-...``, ``AIza...``,
    ``api_key=...``, the userinfo of a URL) are replaced by :data:`MASK`;
 2. control characters (ESC, NUL, C1, bidi overrides) are escaped, so a hostile
    body cannot drive the terminal that prints the message;
@@ -54,7 +54,15 @@ MASK = "[REDACTED]"
 # Request headers that carry a credential: masked wherever shown, checked before sending,
 # stripped on a cross-origin redirect. The docs (chat.md, "Secrets") list the same names.
 CREDENTIAL_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "api-key", "x-api-key", "openai-api-key", "cookie"}
+    {
+        "authorization",
+        "proxy-authorization",
+        "api-key",
+        "x-api-key",
+        "openai-api-key",
+        "x-goog-api-key",  # google-genai's (the Gemini API)
+        "cookie",
+    }
 )
 SENSITIVE_HEADERS = CREDENTIAL_HEADERS | {"set-cookie"}  # and the response's own
 
@@ -78,6 +86,7 @@ _PATTERNS = (
     ),
     (re.compile(r"(?i)([?&](?:key|sig|signature|code)=)[^&#\s\"']+"), r"\1" + MASK),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), MASK),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{6,}"), MASK),  # a Google API key
 )
 # Characters escaped in anything shown: C0/C1 controls (newline and tab aside), DEL, bidi marks,
 # overrides and isolates.
@@ -119,6 +128,7 @@ _TRIGGERS: Tuple[Callable[[str], bool], ...] = (
     lambda low: "key" in low or "token" in low or "secret" in low or "password" in low,
     lambda low: "=" in low and ("?" in low or "&" in low),
     lambda low: "sk-" in low,
+    lambda low: "aiza" in low,
 )
 
 

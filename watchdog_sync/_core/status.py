@@ -46,6 +46,7 @@ _CONTEXT_MARKERS = (
     "context window",
     "prompt is too long",
     "too many tokens",
+    "exceeds the maximum number of tokens",  # Gemini: "The input token count (N) exceeds ..."
 )
 
 

@@ -26,7 +26,9 @@ def socket_of(response: Any) -> Optional[socket.socket]:
     """The socket under an HTTP/1.x response (``None`` for HTTP/2 or an unknown stream).
 
     One HTTP/2 socket carries many streams; shutting it would end every one of
-    them, so HTTP/2 responses are never shut from outside.
+    them, so HTTP/2 responses are never shut here (an HTTP/2 event stream that
+    stops is reset, and its socket shut only when no other stream uses it:
+    :mod:`.http2`).
     """
     extensions = getattr(response, "extensions", None) or {}
     if extensions.get("http_version") not in _HTTP1:

@@ -42,6 +42,8 @@ __all__ = [
 
 _ORIGIN_KEY = "watchdog_sync.origin"  # the extension naming the origin the call started at
 _STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
+_GEMINI_STREAM = ":streamGenerateContent"  # google-genai asks for a stream by its URL
+_ALT_SSE = re.compile(rb"(?:^|&)alt=sse(?:&|$)")
 _CHAT_PATHS = (("/chat/completions", "http_chat"), ("/v1/messages", "http_messages"))
 _MODEL_BODY_MAX = 64 * 1024  # the largest request body parsed for its model (bytes)
 _MODEL_MAX = 256  # a longer "model" value is not a model's name: left out
@@ -103,8 +105,12 @@ def body_in_memory(request: Any) -> Optional[bytes]:
 
 
 def asks_for_stream(request: Any) -> bool:
-    """True for a request that asks for an event stream (``Accept`` or ``"stream": true``)."""
+    """True for a request that asks for an event stream: by its ``Accept``, by its URL (the
+    Gemini API: ``...:streamGenerateContent``, ``alt=sse``), or by ``"stream": true``."""
     if "text/event-stream" in request.headers.get("accept", ""):
+        return True
+    url = request.url
+    if url.path.endswith(_GEMINI_STREAM) or _ALT_SSE.search(url.query or b"") is not None:
         return True
     body = body_in_memory(request)
     return body is not None and _STREAM_FLAG.search(body) is not None

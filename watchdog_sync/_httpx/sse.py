@@ -11,15 +11,25 @@ before its terminal event raises ``StreamProtocolError('no_finish_reason')``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits
 from .._stream.stream import GuardedStream, guard_source
 from .._stream.wire import EventWatch, Gate
-from .body import Shutter
 
-__all__ = ["event_source", "threaded_events"]
+__all__ = ["Stopper", "event_source", "threaded_events"]
+
+
+class Stopper(Protocol):
+    """What ends a response's body from outside: ``body.Shutter`` (an HTTP/1.x socket) or
+    ``http2.H2Stream`` (one stream of an HTTP/2 connection)."""
+
+    def shut(self) -> None:
+        """End the body from outside (any thread): its reader wakes and lets go."""
+
+    def release(self) -> None:
+        """In the reader thread, when the body ends: nothing may reach it from outside now."""
 
 
 def event_source(
@@ -55,14 +65,15 @@ def threaded_events(
     inner: Any,
     framer: Optional[EventFramer],
     watch: EventWatch,
-    shutter: Shutter,
+    shutter: Stopper,
     limits: StreamLimits,
 ) -> GuardedStream[bytes]:
     """The guarded events of the body ``inner`` (httpx's stream), read by a thread of their own.
 
     Call it inside ``using_budget(budget)``. The reader thread closes ``inner``
     when the source ends, whichever way; an idle timeout, the budget's end or
-    ``close()`` shut the socket from outside first (``shutter``).
+    ``close()`` end the body from outside first (``shutter``: the socket shut, or
+    over HTTP/2 the stream reset and its reader woken).
     """
     pieces = iter(inner)
 

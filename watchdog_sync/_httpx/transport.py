@@ -17,7 +17,9 @@ and, for each request:
   response is open, so the budget's end shuts it from outside
   (``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
   thread does not); closing the response lets it go before the connection
-  can return to the pool;
+  can return to the pool; an HTTP/2 event stream that ends early is reset
+  instead, and its socket shut only when no other stream uses it (see
+  :mod:`.http2`);
 * guards a ``text/event-stream`` body like :func:`stream_sse`: the shared
   stream reader (HTTP/1.1, see :mod:`.feed`; else a reader thread) frames
   it into events, data events are activity (comments and ``ping``
@@ -66,6 +68,7 @@ from .body import BoundedBody, EventBody, Shutter, socket_of
 from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
 from .feed import fed_events
 from .head import head_phase
+from .http2 import h2_stream
 from .httpcore_hooks import bound_pool
 from .sse import threaded_events
 
@@ -136,7 +139,9 @@ class HTTPXTransport(_Base):
             ``idle_timeout``; ``<= 0`` or ``inf``: off; ``None`` means "as
             ``idle_timeout``", deprecated as for :func:`stream_sse`). A stream
             silent that long is sent again (at most twice, within the budget)
-            when nothing was delivered yet, unless the request runs inside a
+            when nothing was delivered yet (a streaming request: ``Accept:
+            text/event-stream``, ``"stream": true`` or a Gemini
+            ``:streamGenerateContent`` / ``alt=sse`` URL), unless the request runs inside a
             ``retry_call`` attempt: then it raises ``StreamIdleTimeout``
             (retryable) and the retry owner decides.
         budget: a budget every request runs under, with the current
@@ -160,9 +165,14 @@ class HTTPXTransport(_Base):
     returns (an answer past the deadline raises). A silent event
     stream raises :class:`StreamIdleTimeout`; an event over the cap
     ``StreamProtocolError('event_too_large')``; a stream cut before its
-    terminal event ``StreamProtocolError('no_finish_reason')``; an Anthropic
-    ``error`` event an :class:`HTTPStatusError` (``overloaded_error``: 529).
-    Transport failures keep httpx's own exception types.
+    terminal event ``StreamProtocolError('no_finish_reason')`` (a Gemini stream's
+    terminal event is a candidate with ``finishReason``); an Anthropic ``error``
+    event or a Gemini error payload an :class:`HTTPStatusError`
+    (``overloaded_error``: 529; Gemini: its ``code``).
+    Transport failures keep httpx's own exception types. Over HTTP/2
+    (``http2=True``) an event stream that stops before its end is reset
+    (``RST_STREAM``) and its reader thread ends at once; the connection's socket
+    is shut only when no other stream is open on it.
 
     Example::
 
@@ -365,6 +375,7 @@ class HTTPXTransport(_Base):
         StreamIdleTimeout here.
         """
         shutter = Shutter(budget, socket_of(response))
+        h2 = h2_stream(response, self._lib)  # HTTP/2: the stream is reset, its reader woken
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
         watch = EventWatch()
@@ -375,7 +386,7 @@ class HTTPXTransport(_Base):
         with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the shared reader
             fed = fed_events(response, method, self._lib, framer, watch, shutter, limits)
             if fed is None:
-                threaded = threaded_events(response.stream, framer, watch, shutter, limits)
+                threaded = threaded_events(response.stream, framer, watch, h2 or shutter, limits)
                 fed = threaded, _noop
         guarded, close_connection = fed
         items = iter(guarded)

@@ -2,7 +2,8 @@
 
 The order is the design's (DESIGN.md, "Classification, in order"); the first
 rule that matches wins. Foreign exceptions (requests, urllib3, socket,
-http.client, httpx / httpx2 and httpcore, the openai and anthropic SDKs) are
+http.client, httpx / httpx2 and httpcore, the openai, anthropic and
+google-genai SDKs) are
 read through ``__cause__`` / ``__context__`` chains and the wrappers' own
 fields (``response.status_code``, ``response.headers``, ``body``), to a
 bounded depth, without importing those libraries (``foreign.py``).
@@ -10,6 +11,7 @@ bounded depth, without importing those libraries (``foreign.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import email.utils
 import errno
@@ -34,7 +36,14 @@ from .._core.errors import (
     WatchdogError,
 )
 from .._core.status import RETRYABLE_STATUS, status_verdict
-from .foreign import is_foreign, is_foreign_transport, name_code, provider_status
+from .foreign import (
+    is_foreign,
+    is_foreign_transport,
+    name_code,
+    provider_quota_used_up,
+    provider_retry_delay,
+    provider_status,
+)
 
 __all__ = ["Classification", "classify", "parse_retry_after", "transport_advice"]
 
@@ -120,8 +129,19 @@ def classify(exc: BaseException) -> Classification:
     programming errors; 8. anything else: not retryable.
 
     A foreign error raised ``from`` one of ours (an SDK's ``APIConnectionError``
-    wrapping a :class:`DeadlineExceeded`, say) is classified as ours.
+    wrapping a :class:`DeadlineExceeded`, say), or raised while handling one
+    (LiteLLM's wrappers: its ``original_exception``, its ``__context__``), is
+    classified as ours. A foreign error that says chunks were already delivered
+    (LiteLLM's ``MidStreamFallbackError`` with ``is_pre_first_chunk=False``) is
+    never retryable: a replay would repeat them.
     """
+    verdict = _classify(exc)
+    if verdict.retryable and is_foreign(exc) and _attr(exc, "is_pre_first_chunk") is False:
+        return dataclasses.replace(verdict, retryable=False)
+    return verdict
+
+
+def _classify(exc: BaseException) -> Classification:
     own = _wrapped_own(exc)
     if own is not None:
         return classify(own)
@@ -154,16 +174,25 @@ def classify(exc: BaseException) -> Classification:
 
 
 def _wrapped_own(exc: BaseException) -> Optional[BaseException]:
-    """Ours, when ``exc`` is a foreign error that wraps it (``raise ... from ours``)."""
+    """Ours, when ``exc`` is a foreign error that wraps it: ``raise ... from ours``, or a
+    foreign wrapper raised while handling ours (LiteLLM re-raises the SDK's error as its
+    own, without ``from``; its ``MidStreamFallbackError`` keeps ``original_exception``)."""
     if isinstance(exc, (WatchdogError, Cancelled)):
         return None
-    node = exc.__cause__
+    node: Optional[BaseException] = exc
     for _ in range(_MAX_DEPTH):
         if node is None:
             return None
         if isinstance(node, (WatchdogError, Cancelled)):
             return node
-        node = node.__cause__
+        nxt = node.__cause__
+        if nxt is None and is_foreign(node):
+            original = _attr(node, "original_exception")
+            if isinstance(original, BaseException):
+                nxt = original
+            elif not node.__suppress_context__:
+                nxt = node.__context__
+        node = nxt
     return None
 
 
@@ -181,7 +210,12 @@ def _http(exc: BaseException, status: int, body: str, headers: Mapping[str, str]
     retry_after = parse_retry_after(headers)
     if isinstance(exc, HTTPStatusError) and exc.retry_after is not None:
         retry_after = exc.retry_after
+    if retry_after is None:
+        retry_after = provider_retry_delay(body)  # Google's RetryInfo.retryDelay
     reason, retryable = status_verdict(status, body)
+    used_up = provider_quota_used_up(body) if status == 429 else None
+    if used_up is not None:  # Google's QuotaFailure says which quota: per day, or per minute
+        reason, retryable = ("quota_exceeded", False) if used_up else ("rate_limited", True)
     if isinstance(exc, WatchdogError) and exc.retryable is False:
         retryable = False  # an inner layer already decided
     return Classification("http", reason, retryable, None, status, retry_after)
@@ -217,6 +251,8 @@ def _find_status(exc: BaseException) -> Optional[Tuple[int, str, Mapping[str, st
         status = _attr(response, "status_code")
         if not _is_status(status) and is_foreign(node):
             status = provider_status(_attr(node, "body")) or status
+            if not _is_status(status):
+                status = _attr(node, "code")  # google-genai's APIError (an error in a stream)
         if _is_status(status):
             headers = _attr(response, "headers")
             return (
@@ -236,6 +272,8 @@ def _status_text(node: BaseException, response: Any) -> str:
     """The response's text, or the SDK error's parsed ``body`` (quota and context hints)."""
     text = _response_text(response)
     body = _attr(node, "body")
+    if body is None and is_foreign(node):
+        body = _attr(node, "details")  # google-genai's APIError: the parsed error body
     if not text and body is not None and is_foreign(node):
         try:
             text = body if isinstance(body, str) else json.dumps(body, default=str)

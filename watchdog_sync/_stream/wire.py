@@ -11,14 +11,21 @@ whole events through this module, so the rules cannot drift apart:
 - **The terminal event** tells a whole stream from a cut one (:class:`EventWatch`):
   OpenAI chat completions end with ``[DONE]`` or a chunk with a ``finish_reason``;
   Anthropic Messages with ``message_stop``; the OpenAI Responses API with
-  ``response.completed`` (or ``.incomplete`` / ``.failed``). A stream in one of
+  ``response.completed`` (or ``.incomplete`` / ``.failed``); the Gemini API
+  (``:streamGenerateContent?alt=sse``, no ``[DONE]``) with a candidate whose
+  ``finishReason`` is set (or a ``promptFeedback`` with a ``blockReason``: the
+  prompt was refused). A stream in one of
   these formats that ends without it is ``StreamProtocolError('no_finish_reason')``
   (:func:`no_finish_reason`), retryable only while nothing was delivered.
 - **Error events** (an Anthropic ``event: error``, an OpenAI ``{"error": ...}``
-  object sent inside a stream) become one error (:func:`error_event`): an
+  object sent inside a stream, a Gemini ``{"error": {"code", "message",
+  "status"}}`` payload) become one error (:func:`error_event`): an
   :class:`HTTPStatusError` with the status the provider means, retryable by the
   status table only while no event was delivered; else
   ``StreamProtocolError(reason='stream_error')``.
+- **Text.** A data event that is not valid UTF-8 is
+  ``StreamProtocolError('malformed_event')`` (not retryable), as ``stream_sse``
+  says of one: no SDK gets to decode it with replacement characters.
 - **The event cap** is the framer's (:class:`~.framing.EventFramer`).
 
 Events arrive here as the framer hands them on: bytes ending in ``b"\\n\\n"``,
@@ -50,6 +57,11 @@ __all__ = [
 PING = "ping"
 
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
+# Gemini: a candidate's finishReason, or a refused prompt's promptFeedback.blockReason.
+_GEMINI_FINISH = re.compile(rb'"(?:finishReason|blockReason)"\s*:\s*"')
+# A Gemini error payload in a data event: ``data: {"error": {... "status": "UNAVAILABLE"}}``.
+_ERROR_DATA = re.compile(rb'^data: ?\{\s*"error"\s*:')
+_GRPC_STATUS = re.compile(r"^[A-Z][A-Z_]+$")
 _ANTHROPIC_EVENTS = frozenset(
     {
         b"message_start",
@@ -145,9 +157,12 @@ class EventWatch:
         self.known = False  # the format is one whose terminal event we know
 
     def note(self, event: bytes) -> bool:
-        """True when ``event`` is activity. Raises the error an ``error`` event carries."""
+        """True when ``event`` is activity. Raises the error an ``error`` event carries, and
+        ``StreamProtocolError('malformed_event')`` for a data event that is not UTF-8."""
         if not _has_data(event):
             return False  # a comment, or an event without data
+        if not event.isascii():
+            _check_utf8(event, self.delivered)
         name = _name(event)
         if name is not None:
             if name == b"ping":
@@ -159,18 +174,44 @@ class EventWatch:
             elif name in _ANTHROPIC_EVENTS or name.startswith(b"response."):
                 self.known = True
         elif not self.finished:
+            if _ERROR_DATA.match(event):
+                self._gemini_error(event)
             if event.startswith((b"data: [DONE]", b"data:[DONE]")) or _FINISH.search(event):
                 self.known = self.finished = True
+            elif b'"candidates"' in event or b'"promptFeedback"' in event:
+                self.known = True  # Gemini: no [DONE]; the finishReason ends it
+                self.finished = _GEMINI_FINISH.search(event) is not None
             elif not self.known and b'"choices"' in event:
                 self.known = True
         self.delivered += 1
         return True
+
+    def _gemini_error(self, event: bytes) -> None:
+        """Raise the error of a Gemini error payload (its ``status`` a gRPC code name, such
+        as ``RESOURCE_EXHAUSTED``); an OpenAI ``{"error": ...}`` is left to the SDK that
+        reads it, as before."""
+        parsed = json_object(_field(event, b"data:") or b"")
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+        status = error.get("status") if isinstance(error, dict) else None
+        if isinstance(status, str) and _GRPC_STATUS.match(status):
+            raise error_event(parsed, self.delivered)
 
     def end(self) -> None:
         """At a clean end of the body: raise if a known format ended without finishing."""
         if self.finished or not self.known:
             return
         raise no_finish_reason(self.delivered, "without its terminal event")
+
+
+def _check_utf8(event: bytes, delivered: int) -> None:
+    try:
+        event.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StreamProtocolError(
+            f"an SSE event is not valid UTF-8 ({exc.reason} at byte {exc.start})",
+            reason="malformed_event",
+            chunks_received=delivered,
+        ) from None
 
 
 def no_finish_reason(chunks: int, how: str, **fields: Any) -> StreamProtocolError:
@@ -183,8 +224,8 @@ def no_finish_reason(chunks: int, how: str, **fields: Any) -> StreamProtocolErro
     else:
         outcome = "nothing was generated (retried while attempts and the budget allowed)"
     return StreamProtocolError(
-        f"the stream ended {how} after {chunks} chunks ([DONE], a finish_reason or "
-        f"message_stop was expected): {outcome}",
+        f"the stream ended {how} after {chunks} chunks ([DONE], a finish_reason, "
+        f"message_stop or a Gemini finishReason was expected): {outcome}",
         reason="no_finish_reason",
         chunks_received=chunks,
         retryable=chunks == 0,
@@ -224,6 +265,8 @@ def error_event(
     kind = error.get("type") if isinstance(error, dict) else None
     if status is None:
         status = provider_error_status(kind)
+    if status is None and isinstance(error, dict):
+        status = provider_error_status(error.get("status"))  # Google's: "UNAVAILABLE"
     body = raw or ("" if parsed is None else _shown_json(parsed))
     shown = excerpt(describe_error(error) or body or "(no detail)", 300, secrets)
     where = f"inside the stream after {delivered} chunks"

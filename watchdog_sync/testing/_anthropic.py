@@ -70,6 +70,8 @@ class AnthropicRendering:
     ``usage=False`` sends zero token counts (the SDK expects the ``usage`` fields).
     """
 
+    retry_in_body = False
+
     def __init__(self, ident: str, model: str, body: Any, *, usage: bool) -> None:
         self._ident = ident
         self._model = model

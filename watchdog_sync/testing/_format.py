@@ -2,7 +2,8 @@
 
 A scenario says *what* goes wrong (silence, a stall, a cut); a rendering says
 how the API in question spells the pieces it sends. ``_openai`` renders the
-OpenAI chat completions format, ``_anthropic`` the Anthropic Messages API.
+OpenAI chat completions format, ``_anthropic`` the Anthropic Messages API,
+``_gemini`` the Gemini API (google-genai).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, List, Optional, Protocol, Tuple
 
 __all__ = ["APIS", "Event", "Rendering", "content_pieces", "dumps", "frame"]
 
-APIS = ("openai", "anthropic")
+APIS = ("openai", "anthropic", "gemini")
 """The wire formats the gateway speaks, the values of ``base_url(..., api=...)``."""
 
 Event = Tuple[Optional[str], bytes]
@@ -42,7 +43,11 @@ class Rendering(Protocol):
 
     A streaming rendering is stateful: the first ``text()`` (or a ``finish()``
     with no text before it) also returns the events that open a stream.
+    ``retry_in_body``: a status scenario's ``retry_after`` goes in the error body
+    (Gemini's ``RetryInfo``) instead of a ``Retry-After`` header.
     """
+
+    retry_in_body: bool
 
     def text(self, piece: str) -> List[Event]:
         """The events that carry ``piece`` of the assistant text (the opening ones first)."""

@@ -1,4 +1,5 @@
-"""FaultGateway: an embedded LLM server (OpenAI and Anthropic APIs) that misbehaves on purpose."""
+"""FaultGateway: an embedded LLM server (OpenAI, Anthropic and Gemini APIs) that misbehaves on
+purpose."""
 
 from __future__ import annotations
 
@@ -12,28 +13,38 @@ import time
 import types
 from typing import Any, Dict, List, Optional, Set, Type
 
-from . import _anthropic, _openai
+from . import _anthropic, _gemini, _openai
 from ._call import Call
 from ._format import Rendering
-from ._records import Record, Route, SeenRequest, wants_stream
+from ._records import Record, Route, SeenRequest
 from ._scenarios import describe, resolve, run_ok
 from ._wire import TICK, BadRequest, ClientGone, Connection, EndExchange, Exchange, Request, phrase
 
 __all__ = ["FaultGateway", "SeenRequest"]
 
 _ROUTE = re.compile(r"^/s/(?P<key>[A-Za-z0-9_.-]+)/v1/(?P<endpoint>chat/completions|messages)/?$")
+# The Gemini API (google-genai): {base}/{v1|v1beta}/models/{model}:streamGenerateContent?alt=sse
+_GEMINI_ROUTE = re.compile(
+    r"^/s/(?P<key>[A-Za-z0-9_.-]+)/(?P<version>v1|v1beta)/models/(?P<model>[A-Za-z0-9_.-]+)"
+    r":(?P<endpoint>streamGenerateContent|generateContent)$"
+)
 _ENDPOINTS = {"openai": "chat/completions", "anthropic": "messages"}
+_GEMINI_PATH = "/{v1|v1beta}/models/{model}:streamGenerateContent?alt=sse (or :generateContent)"
 _STOP_SECONDS = 2.0
 
 
 class FaultGateway:
-    """An LLM server on loopback that misbehaves on purpose, in the OpenAI or Anthropic API.
+    """An LLM server on loopback that misbehaves on purpose, in the OpenAI, Anthropic or Gemini API.
 
     Each ``base_url(scenario, **options)`` is a fresh route with its own
     attempt count; POST ``{base_url}/chat/completions`` to it (OpenAI chat
     completions). ``base_url(scenario, api="anthropic")`` speaks the Anthropic
     Messages API: the anthropic SDK takes that URL as its ``base_url`` and
-    POSTs ``{base_url}/v1/messages``. Everything the
+    POSTs ``{base_url}/v1/messages``. ``base_url(scenario, api="gemini")``
+    speaks the Gemini API: google-genai takes that URL as
+    ``HttpOptions(base_url=...)`` and POSTs
+    ``{base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse`` (``v1``
+    too). Everything the
     server does is bounded: it polls its sockets every 50 ms, so a held
     connection ends within a tick of the client disconnecting or of
     ``stop()``; ``stop()`` closes every connection and joins every thread.
@@ -187,7 +198,12 @@ class FaultGateway:
         ``/v1`` (as the anthropic SDK's ``base_url`` expects); POST
         ``{base_url}/v1/messages`` with a Messages API body; ``"stream": true``
         gets ``message_start`` ... ``message_stop`` events, otherwise a
-        ``message`` JSON; errors have Anthropic's shape. Each call makes a new
+        ``message`` JSON; errors have Anthropic's shape. ``api="gemini"``: the
+        URL has no version (google-genai's ``HttpOptions(base_url=...)``); POST
+        ``{base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse`` (or
+        ``/v1/...``) for ``GenerateContentResponse`` events, the last with a
+        ``finishReason``, or ``...:generateContent`` for one response; errors
+        are ``{"error": {"code", "message", "status"}}``. Each call makes a new
         route with its own attempt count (for ``fail_first``) and its own
         ``requests_seen``.
 
@@ -212,7 +228,7 @@ class FaultGateway:
         return describe()
 
     def requests_seen(self, base_url_or_key: Optional[str] = None) -> List[SeenRequest]:
-        """Snapshots of the requests received on routes (either API), in arrival order.
+        """Snapshots of the requests received on routes (any API), in arrival order.
 
         Args:
             base_url_or_key: a URL returned by ``base_url`` (or its key) to see
@@ -286,29 +302,39 @@ class FaultGateway:
 
     def _answer(self, conn: Connection, request: Request) -> bool:
         """Serve one request; True if the connection may carry another one."""
-        match = _ROUTE.match(request.target.split("?", 1)[0])
+        path = request.target.split("?", 1)[0]
+        match = _ROUTE.match(path)
+        gemini = None if match else _GEMINI_ROUTE.match(path)
+        found = match or gemini
         with self._lock:
-            route = self._routes.get(match.group("key")) if match else None
-        api = "anthropic" if match and match.group("endpoint") == "messages" else "openai"
+            route = self._routes.get(found.group("key")) if found else None
+        if gemini:
+            api = "gemini"
+        else:
+            api = "anthropic" if match and match.group("endpoint") == "messages" else "openai"
         keep = self._keep_alive
         if route is None:
             message = f"no route {request.target!r}: use FaultGateway.base_url(scenario)"
             return _answer_error(conn, 404, message, request, keep_alive=keep, api=api)
-        assert match is not None
-        if match.group("endpoint") != _ENDPOINTS[route.api]:
-            message = (
-                f"this route speaks api={route.api!r}: POST {{base_url}}"
-                f"{'/chat/completions' if route.api == 'openai' else '/v1/messages'}"
-            )
+        assert found is not None
+        if api != route.api and (api == "gemini" or route.api == "gemini"):
+            message = f"this route speaks api={route.api!r}: POST {{base_url}}{_path_of(route.api)}"
+            return _answer_error(conn, 404, message, request, keep_alive=keep, api=api)
+        if match and match.group("endpoint") != _ENDPOINTS[route.api]:
+            message = f"this route speaks api={route.api!r}: POST {{base_url}}{_path_of(route.api)}"
             return _answer_error(conn, 404, message, request, keep_alive=keep, api=api)
         if request.method != "POST":
-            message = f"use POST for {'chat completions' if api == 'openai' else 'messages'}"
+            what = {"openai": "chat completions", "anthropic": "messages"}.get(
+                api, "generateContent"
+            )
+            message = f"use POST for {what}"
             return _answer_error(conn, 405, message, request, keep_alive=keep, api=api)
+        stream = gemini.group("endpoint") == "streamGenerateContent" if gemini else None
         with self._lock:
             attempt = next(route.attempts)
             fail_first = route.options.get("fail_first")
             faulted = route.scenario.name != "ok" and (fail_first is None or attempt <= fail_first)
-            record = Record(route, attempt, faulted, request)
+            record = Record(route, attempt, faulted, request, stream)
             self._records.append(record)
         request_id = request.headers.get("x-request-id") or f"req-{route.key}-{attempt}"
         options = route.options if faulted else route.ok_options
@@ -320,12 +346,13 @@ class FaultGateway:
                 exchange.status = 400
                 message = "the body is not a JSON object"
                 return _answer_error(conn, 400, message, request, keep_alive=keep, api=api)
+            model = gemini.group("model") if gemini else None
             call = Call(
                 exchange=exchange,
-                stream=wants_stream(record.body),
+                stream=record.stream,
                 options=options,
                 body=record.body,
-                render=_rendering(route, attempt, record.body, options["usage"]),
+                render=_rendering(route, attempt, record.body, options, model),
             )
             (route.scenario.behavior if faulted else run_ok)(call)
         except ClientGone:
@@ -339,8 +366,25 @@ class FaultGateway:
         return exchange.reusable
 
 
-def _rendering(route: Route, attempt: int, body: Any, usage: bool) -> Rendering:
-    """The wire format of ``route``'s answer to one request."""
+def _path_of(api: str) -> str:
+    """The path a client of ``api`` posts to below its base URL."""
+    return {"openai": "/chat/completions", "anthropic": "/v1/messages"}.get(api, _GEMINI_PATH)
+
+
+def _rendering(
+    route: Route, attempt: int, body: Any, options: Dict[str, Any], path_model: Optional[str]
+) -> Rendering:
+    """The wire format of ``route``'s answer to one request (Gemini: the model of the path)."""
+    usage = options["usage"]
+    if route.api == "gemini":
+        return _gemini.GeminiRendering(
+            f"resp-{route.key}-{attempt}",
+            path_model or "fault-gateway",
+            body,
+            usage=usage,
+            status=options.get("status"),
+            retry_after=options.get("retry_after"),
+        )
     model = body.get("model") if isinstance(body, dict) else None
     name = model if isinstance(model, str) else "fault-gateway"
     if route.api == "anthropic":
@@ -368,6 +412,8 @@ def _answer_error(
     """Send an error in ``api``'s shape; keep the connection only for a well-formed request."""
     if api == "anthropic":
         body = _anthropic.error_body(message, _anthropic.error_type_for(status))
+    elif api == "gemini":
+        body = _gemini.error_body(message, _gemini.grpc_status_for(status), status)
     else:
         body = _openai.error_body(message, "invalid_request_error", None)
     if request is not None:

@@ -41,6 +41,8 @@ class OpenAIRendering:
     ``finish_reason: "stop"`` and the ``usage`` (if ``usage``).
     """
 
+    retry_in_body = False
+
     def __init__(self, ident: str, created: int, model: str, body: Any, *, usage: bool) -> None:
         self._ident = ident
         self._created = created

@@ -24,14 +24,15 @@ class SeenRequest:
     Attributes:
         key: the run key of the ``base_url`` it was sent to.
         scenario: the scenario name of that ``base_url``.
-        api: that ``base_url``'s wire format: ``"openai"`` (chat completions) or
-            ``"anthropic"`` (Messages API).
+        api: that ``base_url``'s wire format: ``"openai"`` (chat completions),
+            ``"anthropic"`` (Messages API) or ``"gemini"`` (the Gemini API).
         attempt: 1 for the first request to that ``base_url``, 2 for the next, ...
         faulted: True if the scenario misbehaved, False if it answered like ``ok``
             (``fail_first`` reached).
         method: the HTTP method.
         path: the request target, as sent.
-        stream: whether the body asked for a stream (``"stream": true``).
+        stream: whether the request asked for a stream (``"stream": true``; Gemini:
+            ``:streamGenerateContent``).
         body: the parsed JSON body (a copy), or None if it was not JSON.
         headers: the request headers, names lower-cased; secret ones
             (Authorization, cookies, API-key headers) are replaced by ``"[REDACTED]"``.
@@ -82,12 +83,21 @@ class Route:
 class Record:
     """The mutable state behind a SeenRequest, guarded by the gateway's lock."""
 
-    def __init__(self, route: Route, attempt: int, faulted: bool, request: Request) -> None:
+    def __init__(
+        self,
+        route: Route,
+        attempt: int,
+        faulted: bool,
+        request: Request,
+        stream: Optional[bool] = None,
+    ) -> None:
         self.route = route
         self.attempt = attempt
         self.faulted = faulted
         self.request = request
         self.body = _parse_json(request.body)
+        # Gemini asks for a stream by its URL; the other APIs by "stream": true.
+        self.stream = wants_stream(self.body) if stream is None else stream
         self.arrived_at = time.monotonic()
         self.ended_at: Optional[float] = None
         self.client_disconnected = False
@@ -106,7 +116,7 @@ class Record:
             faulted=self.faulted,
             method=self.request.method,
             path=self.request.target,
-            stream=wants_stream(self.body),
+            stream=self.stream,
             body=_copied(self.body),
             headers=types.MappingProxyType(headers),
             request_id=self.request.headers.get("x-request-id"),

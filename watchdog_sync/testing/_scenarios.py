@@ -1,7 +1,7 @@
-"""The FaultGateway's named scenarios: what each one does to a request, in either API.
+"""The FaultGateway's named scenarios: what each one does to a request, in any of its APIs.
 
 A behaviour writes to a :class:`~._call.Call` (its rendering spells the
-answer in the route's API, OpenAI or Anthropic) and may hold the connection
+answer in the route's API: OpenAI, Anthropic or Gemini) and may hold the connection
 with ``call.wait()``; it ends when it returns, or when the client disconnects
 or the gateway stops (``ClientGone`` / ``Stopping`` raised from a wait or a
 send).
@@ -169,7 +169,7 @@ def _http_error(call: Call) -> None:
     options = call.options
     body = _error_body(call)
     headers: Dict[str, str] = {}
-    if options["retry_after"] is not None:
+    if options["retry_after"] is not None and not call.render.retry_in_body:
         headers["Retry-After"] = options["retry_after"]
     if options["retry_after_ms"] is not None:
         headers["retry-after-ms"] = str(options["retry_after_ms"])
@@ -381,6 +381,29 @@ _ANTHROPIC_ERRORS: Dict[str, Tuple[str, str]] = {
     ),
 }
 
+# The Gemini spelling (google.rpc status names as the type; the code is the HTTP status).
+_GEMINI_ERRORS: Dict[str, Tuple[str, str]] = {
+    "error_mid_stream": (
+        "The model is overloaded. Please try again later. (FaultGateway error_mid_stream)",
+        "UNAVAILABLE",
+    ),
+    "http400": ("Request contains an invalid argument. (FaultGateway http400)", "INVALID_ARGUMENT"),
+    "http401": ("API key not valid. Please pass a valid API key. (FaultGateway http401)",
+                "UNAUTHENTICATED"),
+    "http429": ("Resource has been exhausted, retry later. (FaultGateway http429)",
+                "RESOURCE_EXHAUSTED"),
+    "http500": ("An internal error has occurred. (FaultGateway http500)", "INTERNAL"),
+    "http503": ("The model is overloaded. Please try again later. (FaultGateway http503)",
+                "UNAVAILABLE"),
+    "http529": ("Overloaded (FaultGateway http529).", "UNAVAILABLE"),
+    "http_error": ("Bad gateway (FaultGateway http_error).", "UNAVAILABLE"),
+    "http500_then_ok": ("An internal error has occurred. (FaultGateway http500)", "INTERNAL"),
+    "http429_then_ok": (
+        "Resource has been exhausted, retry later. (FaultGateway http429)",
+        "RESOURCE_EXHAUSTED",
+    ),
+}  # fmt: skip
+
 _SCENARIOS: Dict[str, Scenario] = {
     name: Scenario(name, summary, behavior, defaults, fixed)
     for name, summary, behavior, defaults, fixed in _TABLE
@@ -399,6 +422,9 @@ def _defaults(scenario: Scenario, api: str) -> Dict[str, Any]:
     if api == "anthropic" and scenario.name in _ANTHROPIC_ERRORS:
         del defaults["code"]
         defaults["message"], defaults["type"] = _ANTHROPIC_ERRORS[scenario.name]
+    elif api == "gemini" and scenario.name in _GEMINI_ERRORS:
+        del defaults["code"]
+        defaults["message"], defaults["type"] = _GEMINI_ERRORS[scenario.name]
     return defaults
 
 

@@ -1,0 +1,443 @@
+"""An HTTP/2 event stream's end, made from outside: the h2 stream reset, its reader woken.
+
+One HTTP/2 connection carries many streams over one socket, and httpcore reads it
+for all of them: whichever stream's reader needs an event reads the socket (under
+the connection's read lock) and files what it read under each stream's id. A
+guarded stream's reader thread blocked in that read wakes only when something
+arrives on the connection. So when the stream ends early (its idle or first-event
+limit, the budget's end, ``close()``), :meth:`H2Stream.shut`:
+
+* resets the stream in the connection's h2 state (``RST_STREAM``, ``CANCEL``), so
+  the server stops sending it and frees its slot;
+* files a ``StreamReset`` of our own under the stream's id, so its reader raises
+  as soon as it looks (httpcore's ``RemoteProtocolError``) and lets go;
+* when no other stream is open on the connection, closes the connection to new
+  requests (httpcore's pool sends them on a new one) and shuts its socket from
+  outside (``shutdown(SHUT_RDWR)``), which wakes the reader at once; the reader
+  closes the socket on its way out (:meth:`H2Stream.release`), so the pool drops
+  a closed connection;
+* when other streams are open, sends a ``PING`` instead: its answer wakes
+  whichever reader is in the read, which files it and lets the read lock go,
+  and our reader, once it has the lock, sees its reset. The other streams keep
+  the connection and never see a difference. A lock is not fair: the reader
+  that let it go often takes it again before ours wakes (measured: about one
+  time in seven on two busy cores), so while our reader is still in, the
+  watchdog thread sends another PING every ``NUDGE_EVERY`` seconds, at most
+  ``NUDGES`` times (1 s), and shuts the socket as soon as no other stream is
+  open. A server that answers no PING while every other stream on the
+  connection is silent leaves our reader in until something arrives, the last
+  other stream ends, or the read timeout passes; the caller's error is on time
+  whatever happens.
+
+A stream whose body ended any other way before it was read to its end (an error
+event, an event over the cap, the body cut) is reset by :meth:`H2Stream.release`
+in the reader thread. A stream read to its end is left as it is: its
+connection stays in the pool.
+
+This is the one module that reads httpcore's private HTTP/2 state (httpcore2 and
+httpcore 1.x; the same names in both): the pool stream under httpx's response
+stream (``_httpcore_stream._stream``), the ``HTTP2ConnectionByteStream``'s
+``_connection`` and ``_stream_id``, and the ``HTTP2Connection``'s ``_h2_state``
+(the ``h2`` package's ``H2Connection``, used through its public API),
+``_events``, ``_state``, ``_state_lock``, ``_write_lock`` and ``_network_stream``
+(httpcore's public network-stream interface). :func:`h2_stream` checks every one
+of them and returns ``None`` for any other shape, and ``shape_problems`` lists
+what a version lacks (a test runs it against each installed httpcore).
+
+Locks: the h2 state and the stream's event list are changed under the
+connection's ``_state_lock`` (where httpcore2 feeds h2 what it read and closes
+streams), with its ``_write_lock`` held around it when it can be had within
+``WRITE_WAIT`` (the lock order httpcore's own writes imply: the write lock, then
+the state lock), so the frames go out whole, in order with httpcore's own.
+httpcore itself changes the h2 state from several threads without one lock for
+all of them (a new request's headers, a reader's acknowledgements); this module
+adds no pattern it does not already use. What cannot be known from here: a
+request that has passed the connection's state check but not yet opened its
+stream when the last stream is stopped; it then fails as it would if the server
+had closed the connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import logging
+import socket
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from .._core import watchdog
+from .._http.guard import shutdown_socket
+
+__all__ = ["WRITE_WAIT", "H2Stream", "h2_stream", "shape_problems"]
+
+_log = logging.getLogger("watchdog_sync")
+_CORES = {"httpx2": "httpcore2", "httpx": "httpcore"}
+_HTTP2 = b"HTTP/2"
+WRITE_WAIT = 0.1  # the longest wait for the connection's write lock, and for our frames' write
+NUDGE_EVERY = 0.05  # while our reader is still in: another PING this often ...
+NUDGES = 20  # ... this many times at most (1 s)
+NUDGE_WRITE = 0.01  # a nudge's write, on the watchdog thread
+_PING = b"wdsync\x00\x01"  # 8 bytes of PING opaque data: only its answer matters
+_CONNECTION_ATTRIBUTES = (
+    "_h2_state",
+    "_events",
+    "_state",
+    "_state_lock",
+    "_write_lock",
+    "_network_stream",
+)
+_CLASSES: Dict[str, Optional[Tuple[Any, ...]]] = {}
+_CLASSES_LOCK = threading.Lock()
+
+
+def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
+    """The :class:`H2Stream` under an httpx response, ``None`` unless it is an HTTP/2
+    response of httpcore's own connection, of the shape this module knows."""
+    extensions = getattr(response, "extensions", None) or {}
+    if extensions.get("http_version") != _HTTP2:
+        return None
+    classes = _classes(lib)
+    if classes is None:
+        return None
+    response_stream, byte_stream, connection_class, closed_state, h2_events, h2_errors = classes
+    if type(response.stream) is not response_stream:
+        return None
+    pooled = getattr(response.stream, "_httpcore_stream", None)
+    body = getattr(pooled, "_stream", None)
+    if type(body) is not byte_stream:
+        return None
+    connection: Any = getattr(body, "_connection", None)
+    stream_id = getattr(body, "_stream_id", None)
+    if type(connection) is not connection_class or not isinstance(stream_id, int):
+        return None
+    if any(not hasattr(connection, name) for name in _CONNECTION_ATTRIBUTES):
+        return None
+    if not isinstance(connection._events, dict) or stream_id not in connection._events:
+        return None
+    get_extra_info = getattr(extensions.get("network_stream"), "get_extra_info", None)
+    sock = get_extra_info("socket") if callable(get_extra_info) else None
+    if not isinstance(sock, socket.socket):
+        return None
+    if not isinstance(connection._network_stream, _Turns):
+        connection._network_stream = _Turns(connection._network_stream)
+    return H2Stream(connection, stream_id, sock, closed_state, h2_events, h2_errors)
+
+
+def shape_problems(core_name: str) -> List[str]:
+    """What the installed ``core_name`` (``httpcore2``, ``httpcore``) lacks of the shape
+    :func:`h2_stream` relies on; empty when it has all of it."""
+    try:
+        http2 = importlib.import_module(f"{core_name}._sync.http2")
+        pool = importlib.import_module(f"{core_name}._sync.connection_pool")
+        core = importlib.import_module(core_name)
+    except ImportError as exc:
+        return [f"{core_name}: {exc}"]
+    problems = []
+    for module, name in (
+        (http2, "HTTP2Connection"),
+        (http2, "HTTP2ConnectionByteStream"),
+        (http2, "HTTPConnectionState"),
+        (pool, "PoolByteStream"),
+    ):
+        if not hasattr(module, name):
+            problems.append(f"{module.__name__}.{name}")
+    if problems:
+        return problems
+    state = getattr(http2.HTTPConnectionState, "CLOSED", None)
+    if state is None:
+        problems.append("HTTPConnectionState.CLOSED")
+    origin = core.Origin(b"https", b"127.0.0.1", 443)
+    connection = http2.HTTP2Connection(origin=origin, stream=_NoNetwork())
+    for name in _CONNECTION_ATTRIBUTES:
+        if not hasattr(connection, name):
+            problems.append(f"HTTP2Connection.{name}")
+    body = http2.HTTP2ConnectionByteStream(connection, None, stream_id=1)
+    for name in ("_connection", "_stream_id"):
+        if not hasattr(body, name):
+            problems.append(f"HTTP2ConnectionByteStream.{name}")
+    for name in ("_state_lock", "_write_lock"):
+        if not isinstance(getattr(getattr(connection, name, None), "_lock", None), _LOCK_TYPE):
+            problems.append(f"HTTP2Connection.{name}._lock (a threading.Lock)")
+    return problems
+
+
+_LOCK_TYPE = type(threading.Lock())
+
+
+class _NoNetwork:
+    """A network stream that is never used (``shape_problems`` only builds a connection)."""
+
+    def close(self) -> None:
+        pass
+
+
+class _Turns:
+    """httpcore's network stream of an HTTP/2 connection, whose writes let another thread
+    have its turn at the connection's read lock first.
+
+    After each read, httpcore's reader lets the read lock go, writes what h2 has to
+    send (often nothing), and takes the lock again for its next read. A lock is not
+    fair: the thread that lets it go takes it again before a waiting one has woken,
+    and then holds it across a read that lasts until the connection's next frame.
+    Measured with plain httpx2, one thread reading a quiet stream and a second request
+    on the same connection: the second waited for the read timeout in 35 of 50 tries.
+    A guarded stream always has a reader in that read, so a connection that carries
+    one gets this stream, whose ``write`` first gives the interpreter and the CPU up
+    for an instant (``time.sleep(0)``): measured through ``httpx_client()``, 0 of 30
+    waited (24 of 30 without it).
+    """
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+        data: bytes = self._inner.read(max_bytes, timeout)
+        return data
+
+    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+        time.sleep(0)
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class H2Stream:
+    """One HTTP/2 stream of httpcore's ``HTTP2Connection``, ended from outside.
+
+    ``shut()`` (the guarded stream's ``on_timeout``: idle or first-event limit,
+    the budget's end, ``close()``; any thread, at most once) resets the stream and
+    wakes its reader; ``release()`` (the reader thread, when the body ends) resets
+    a stream left open and closes a connection ``shut()`` shut.
+    """
+
+    __slots__ = (
+        "_closed_state",
+        "_connection",
+        "_errors",
+        "_events",
+        "_lock",
+        "_released",
+        "_shut_socket",
+        "_sock",
+        "_stopped",
+        "_stream_id",
+        "fired",
+    )
+
+    def __init__(
+        self,
+        connection: Any,
+        stream_id: int,
+        sock: socket.socket,
+        closed_state: Any,
+        h2_events: Any,
+        h2_errors: Any,
+    ) -> None:
+        self._connection = connection
+        self._stream_id = stream_id
+        self._sock = sock
+        self._closed_state = closed_state
+        self._events = h2_events
+        self._errors = h2_errors
+        self._lock = threading.Lock()  # shut() and release() one at a time
+        self._stopped = False
+        self._released = False
+        self._shut_socket = False
+        self.fired = False  # shut() found the stream open and ended it
+
+    def __repr__(self) -> str:
+        return f"<H2Stream {self._stream_id} fired={self.fired} shut={self._shut_socket}>"
+
+    def shut(self) -> None:
+        """End the stream from outside: reset it, and wake its reader (shut the socket
+        when no other stream is open on the connection, else a PING)."""
+        with self._lock:  # held throughout, so release() sees what this decided
+            if self._stopped:
+                return
+            self._stopped = True
+            connection = self._connection
+            with _held(connection._write_lock, WRITE_WAIT) as writable:
+                with connection._state_lock:
+                    events = connection._events.get(self._stream_id)
+                    if events is None or not self._reset():
+                        return  # the reader has closed it, or it was read to its end
+                    self.fired = True
+                    events.append(self._reset_event())
+                    alone = self._ping_unless_alone()
+                    data = connection._h2_state.data_to_send() if writable else b""
+                if data and not self._write(data, WRITE_WAIT):
+                    alone = True  # a frame cut short: the connection is no use to anyone
+            if alone:
+                self._abandon()
+                return
+        self._nudge_later(NUDGES)
+
+    def _nudge(self, left: int) -> None:
+        """On the watchdog thread, while our reader waits for the read lock that another
+        stream's reader holds across its read: one more PING (each answer lets that
+        reader go round once more, and ours may take the lock), or, once no other stream
+        is open, the socket shut. Never blocks on a lock httpcore holds across I/O."""
+        if not self._lock.acquire(blocking=False):
+            return  # release() runs: the reader is on its way out
+        try:
+            connection = self._connection
+            if self._released or self._stream_id not in connection._events:
+                return  # the reader let go
+            write_lock = connection._write_lock._lock
+            if write_lock.acquire(blocking=False):
+                try:
+                    with connection._state_lock:
+                        alone = self._ping_unless_alone()
+                        data = connection._h2_state.data_to_send()
+                    if data and not self._write(data, NUDGE_WRITE):
+                        alone = True
+                finally:
+                    write_lock.release()
+                if alone:
+                    self._abandon()
+                    return
+        finally:
+            self._lock.release()
+        if left > 1:
+            self._nudge_later(left - 1)
+
+    def _nudge_later(self, left: int) -> None:
+        watchdog.call_at(time.monotonic() + NUDGE_EVERY, functools.partial(self._nudge, left))
+
+    def release(self) -> None:
+        """In the reader thread, when the body ends (before httpx closes it): reset the
+        stream if it is still open, close the connection's socket if ``shut()`` shut it."""
+        with self._lock:
+            self._stopped = self._released = True  # a later shut() has nothing to do
+            connection = self._connection
+            if self._shut_socket:
+                connection._network_stream.close()  # its one reader is out of its read: us
+                return
+            with _held(connection._write_lock, WRITE_WAIT) as writable:
+                with connection._state_lock:
+                    if self._stream_id not in connection._events or not self._reset():
+                        return
+                    data = connection._h2_state.data_to_send() if writable else b""
+                if data and not self._write(data, WRITE_WAIT):
+                    self._abandon()
+                    connection._network_stream.close()
+
+    def _ping_unless_alone(self) -> bool:
+        """With ``_state_lock`` held: True when no other stream is open (the connection
+        then takes no new request), else a PING is queued (False)."""
+        connection = self._connection
+        if self._open_streams() == 0:
+            connection._state = self._closed_state  # new requests go to a new connection
+            return True
+        with contextlib.suppress(self._errors.ProtocolError):
+            connection._h2_state.ping(_PING)
+        return False
+
+    def _abandon(self) -> None:
+        """With ``_lock`` held: no new request on the connection (httpcore's pool sends
+        them on a new one), and its socket shut from outside."""
+        with self._connection._state_lock:
+            self._connection._state = self._closed_state
+        self._shut_socket = True
+        shutdown_socket(self._sock)
+
+    def _reset(self) -> bool:
+        """With ``_state_lock`` held: RST_STREAM (CANCEL) if h2 has the stream open."""
+        h2_state = self._connection._h2_state
+        stream = h2_state.streams.get(self._stream_id)
+        if stream is None or stream.closed:
+            return False
+        try:
+            h2_state.reset_stream(self._stream_id, error_code=self._errors.ErrorCodes.CANCEL)
+        except self._errors.ProtocolError:
+            return False  # closed under us (a GOAWAY, the server's own reset)
+        return True
+
+    def _open_streams(self) -> int:
+        """With ``_state_lock`` held: the streams still open on the connection (ours is
+        reset by now, and so is every other stream this module stopped)."""
+        return int(self._connection._h2_state.open_outbound_streams)
+
+    def _reset_event(self) -> Any:
+        """A ``StreamReset`` for our stream, as h2 makes one when it resets a stream."""
+        make = self._events.StreamReset
+        code = self._errors.ErrorCodes.CANCEL
+        try:
+            return make(stream_id=self._stream_id, error_code=code, remote_reset=False)
+        except TypeError:  # h2 before 4.2: the fields are set after construction
+            event = make()
+            event.stream_id, event.error_code, event.remote_reset = self._stream_id, code, False
+            return event
+
+    def _write(self, data: bytes, timeout: float) -> bool:
+        """Write our frames (with the write lock held); False if they did not all go."""
+        try:
+            self._connection._network_stream.write(data, timeout)
+        except Exception as exc:  # httpcore's WriteError / WriteTimeout
+            _log.debug("watchdog_sync: an HTTP/2 stream's reset could not be sent: %r", exc)
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def _held(lock: Any, timeout: float) -> Any:
+    """httpcore's lock held (True), or not had within ``timeout`` (False)."""
+    inner = lock._lock
+    got = inner.acquire(timeout=timeout)
+    try:
+        yield got
+    finally:
+        if got:
+            inner.release()
+
+
+def _classes(lib: Any) -> Optional[Tuple[Any, ...]]:
+    """(httpx's ResponseStream, HTTP2ConnectionByteStream, HTTP2Connection, its CLOSED
+    state, h2.events, an object with h2's ProtocolError and ErrorCodes), once per library."""
+    name = getattr(lib, "__name__", "")
+    with _CLASSES_LOCK:
+        if name in _CLASSES:
+            return _CLASSES[name]
+        found = None
+        core = _CORES.get(name)
+        if core is not None and not shape_problems(core):
+            try:
+                http2 = importlib.import_module(f"{core}._sync.http2")
+                default = importlib.import_module(f"{name}._transports.default")
+                h2_events = importlib.import_module("h2.events")
+                h2_errors = _H2Errors(
+                    importlib.import_module("h2.exceptions").ProtocolError,
+                    importlib.import_module("h2.errors").ErrorCodes,
+                )
+                found = (
+                    default.ResponseStream,
+                    http2.HTTP2ConnectionByteStream,
+                    http2.HTTP2Connection,
+                    http2.HTTPConnectionState.CLOSED,
+                    h2_events,
+                    h2_errors,
+                )
+            except (ImportError, AttributeError) as exc:
+                _log.debug("watchdog_sync: no HTTP/2 stream control for %s: %r", name, exc)
+        _CLASSES[name] = found
+        return found
+
+
+class _H2Errors:
+    __slots__ = ("ErrorCodes", "ProtocolError")
+
+    def __init__(self, protocol_error: Any, error_codes: Any) -> None:
+        self.ProtocolError = protocol_error
+        self.ErrorCodes = error_codes
