@@ -43,8 +43,8 @@ _log = logging.getLogger("watchdog_sync")
 _CORES = {"httpx2": "httpcore2", "httpx": "httpcore"}
 _Fn = Callable[..., Any]
 _FOUND: Dict[str, Optional[Any]] = {}
+_UNKNOWN: Any = object()
 _FOUND_LOCK = threading.Lock()
-_BACKENDS: Dict[str, type] = {}
 
 
 class _Core:
@@ -60,6 +60,11 @@ class _Core:
 
 def _core(lib_name: str) -> Optional[_Core]:
     """The httpcore under ``lib_name`` (``httpx2`` or ``httpx``); ``None`` if its names moved."""
+    # Set once per library, never changed: one dict read (atomic under the GIL, or the dict's
+    # own lock on a free-threaded build) serves every later call without the lock.
+    known = _FOUND.get(lib_name, _UNKNOWN)
+    if known is not _UNKNOWN:
+        return known
     with _FOUND_LOCK:
         if lib_name in _FOUND:
             return _FOUND[lib_name]
@@ -138,8 +143,10 @@ def bound_pool(transport: Any, lib: Any) -> bool:
     False (nothing done) for a transport that is not ``lib.HTTPTransport`` with
     httpcore's own ``SyncBackend``: a custom transport or network backend.
     """
+    if not isinstance(transport, lib.HTTPTransport):
+        return False  # a transport of its own (or instrument()'s, on the patched classes)
     core = _core(getattr(lib, "__name__", ""))
-    if core is None or not isinstance(transport, lib.HTTPTransport):
+    if core is None:
         return False
     pool = getattr(transport, "_pool", None)
     if not isinstance(pool, core.module.ConnectionPool):
