@@ -18,7 +18,8 @@ process, killed 10 s after it started (a HANG); the FaultGateway runs in this
 process on 127.0.0.1, with a fresh base_url per call, so the requests a call
 sent are counted exactly. The clients of one scenario run ``--jobs`` at a time.
 The rows: the 16 incidents of the project's first survey of these clients,
-then 5 more that the gateway has.
+then 7 more that the gateway has (the last two: a head that never ends, as
+``103 Early Hints`` every 0.3 s or one header line every 0.3 s).
 
 A call passes when it does what its scenario expects:
 
@@ -93,6 +94,8 @@ MORE_SCENARIOS: Sequence[Tuple[str, str]] = (
     ("http503", "error"),
     ("invalid_utf8", "error"),
     ("oversized_event", "bounded_error"),
+    ("early_hints_flood", "deadline_error"),
+    ("header_drip", "deadline_error"),
 )
 EXPECTED: Dict[str, str] = dict((*SCENARIOS, *MORE_SCENARIOS))
 PEER_MODULES = ("openai", "anthropic", "httpx", "httpx2", "httpx_sse", "tenacity", "stamina")
@@ -345,6 +348,25 @@ def anthropic_sdk_httpx_client(base_url: str) -> Call:
     return _in_deadline(_anthropic_call(client))
 
 
+def anthropic_sdk_instrument(base_url: str) -> Call:
+    """The Anthropic SDK with its defaults, after ``instrument()``, inside ``deadline(D)``."""
+    import anthropic
+
+    import watchdog_sync as ws
+
+    sdk_call = _anthropic_call(anthropic.Anthropic(base_url=base_url, api_key=API_KEY))
+
+    def call() -> Answer:
+        undo = ws.instrument()
+        try:
+            with ws.deadline(DEADLINE):
+                return sdk_call()
+        finally:
+            undo()
+
+    return call
+
+
 def _in_deadline(call: Call) -> Call:
     def bounded() -> Answer:
         with deadline(DEADLINE):
@@ -468,6 +490,7 @@ CLIENTS: Dict[str, Callable[[str], Call]] = {
     "openai_sdk_httpx_client": openai_sdk_httpx_client,
     "anthropic_sdk": anthropic_sdk,
     "anthropic_sdk_httpx_client": anthropic_sdk_httpx_client,
+    "anthropic_sdk_instrument": anthropic_sdk_instrument,
     "google_genai": google_genai,
     "google_genai_httpx_client": google_genai_httpx_client,
     "litellm_sdk": litellm_sdk,
@@ -475,7 +498,9 @@ CLIENTS: Dict[str, Callable[[str], Call]] = {
 }
 # The clients that speak the Anthropic Messages API (the gateway's api="anthropic" routes)
 # and the Gemini API (api="gemini").
-ANTHROPIC_CLIENTS = frozenset({"anthropic_sdk", "anthropic_sdk_httpx_client"})
+ANTHROPIC_CLIENTS = frozenset(
+    {"anthropic_sdk", "anthropic_sdk_httpx_client", "anthropic_sdk_instrument"}
+)
 GEMINI_CLIENTS = frozenset({"google_genai", "google_genai_httpx_client"})
 
 
@@ -763,7 +788,7 @@ def _find(module: str) -> Any:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3, help="calls at once (default 3)")
-    parser.add_argument("--scenarios", help="comma-separated scenarios (default: all 21)")
+    parser.add_argument("--scenarios", help="comma-separated scenarios (default: all 23)")
     parser.add_argument("--clients", help="comma-separated clients (default: all)")
     parser.add_argument("--child", nargs=2, metavar=("CLIENT", "BASE_URL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

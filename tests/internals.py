@@ -24,8 +24,11 @@ from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
 from watchdog_sync._http.json_object import json_object
+from watchdog_sync._httpx import head as head_module
 from watchdog_sync._httpx.call import request_model
 from watchdog_sync._httpx.http2 import shape_problems as h2_shape_problems
+from watchdog_sync._httpx.httpcore_hooks import shapes as httpcore_shapes
+from watchdog_sync._httpx.instrument_httpx import httpx_patches
 from watchdog_sync._propagate.celery import HEADER_DEADLINE, HEADER_TIMEOUT, task_window
 from watchdog_sync._propagate.wallclock import time_left
 from watchdog_sync._ray.carry import carried_now, run_carried, seconds_left
@@ -116,6 +119,9 @@ __all__ = [
     "excerpt",
     "fed_stream",
     "h2_shape_problems",
+    "head_module",
+    "httpcore_shapes",
+    "httpx_patches",
     "parse_events",
     "parse_retry_after",
     "redact_module",

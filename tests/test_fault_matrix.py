@@ -35,14 +35,18 @@ def test_the_matrix_has_the_peers_tables_rows_and_columns() -> None:
     ]  # fmt: skip
     assert [name for name, _ in matrix.MORE_SCENARIOS] == [
         "reset_before_headers", "http429", "http503", "invalid_utf8", "oversized_event",
+        "early_hints_flood", "header_drip",
     ]  # fmt: skip
     assert list(matrix.CLIENTS) == [
         "ChatClient", "requests_sseclient", "openai_sdk", "openai_sdk_defaults",
         "openai_sdk_instrument", "httpx_sse", "tenacity_requests", "stamina_requests",
         "openai_sdk_httpx_client", "anthropic_sdk", "anthropic_sdk_httpx_client",
-        "google_genai", "google_genai_httpx_client", "litellm_sdk", "litellm_sdk_instrument",
+        "anthropic_sdk_instrument", "google_genai", "google_genai_httpx_client", "litellm_sdk",
+        "litellm_sdk_instrument",
     ]  # fmt: skip
-    assert sorted(matrix.ANTHROPIC_CLIENTS) == ["anthropic_sdk", "anthropic_sdk_httpx_client"]
+    assert sorted(matrix.ANTHROPIC_CLIENTS) == [
+        "anthropic_sdk", "anthropic_sdk_httpx_client", "anthropic_sdk_instrument",
+    ]  # fmt: skip
     assert sorted(matrix.GEMINI_CLIENTS) == ["google_genai", "google_genai_httpx_client"]
 
 

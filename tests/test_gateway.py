@@ -513,6 +513,59 @@ def test_pings_only_sends_named_ping_events_and_never_data(
     assert body.replace(ping, b"") == b""
 
 
+# -- a head that never ends ----------------------------------------------------------------
+
+
+PATHS = {
+    "openai": "/chat/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/m:streamGenerateContent?alt=sse",
+}
+
+
+@pytest.mark.parametrize(
+    ("api", "body"), [("openai", STREAM), ("anthropic", CHAT), ("gemini", CHAT)]
+)
+def test_early_hints_flood_sends_103s_and_never_a_final_response(
+    fault_gateway: FaultGateway, raw: List[Raw], api: str, body: Dict[str, Any]
+) -> None:
+    base = fault_gateway.base_url("early_hints_flood", api=api, interval=0.05, duration=0.2)
+    client = Raw(base, body, path=PATHS[api])
+    raw.append(client)
+    data = client.read_all(timeout=3)  # the gateway gives up by itself after `duration`
+    heads = data.split(b"\r\n\r\n")
+    assert heads[-1] == b""  # nothing but whole interim heads
+    assert 3 <= len(heads) - 1 <= 6  # one at once, then about one every 0.05 s for 0.2 s
+    assert all(h.startswith(b"HTTP/1.1 103 Early Hints\r\nLink: </hint-") for h in heads[:-1])
+    (seen,) = fault_gateway.requests_seen(base)
+    assert seen.status == 103 and seen.ended_at is not None
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic", "gemini"])
+def test_header_drip_sends_a_status_line_then_one_header_line_per_interval(
+    fault_gateway: FaultGateway, raw: List[Raw], api: str
+) -> None:
+    base = fault_gateway.base_url("header_drip", api=api, interval=0.05, duration=0.2)
+    client = Raw(base, STREAM, path=PATHS[api])
+    raw.append(client)
+    data = client.read_all(timeout=3)
+    assert b"\r\n\r\n" not in data  # the head never ends
+    status, *lines, rest = data.split(b"\r\n")
+    assert status == b"HTTP/1.1 200 OK" and rest == b""
+    assert 3 <= len(lines) <= 6
+    assert lines == [b"X-Drip-%d: 1" % n for n in range(len(lines))]
+    (seen,) = fault_gateway.requests_seen(base)
+    assert seen.status == 200 and seen.ended_at is not None
+
+
+def test_a_head_that_never_ends_lasts_a_minute_by_default(fault_gateway: FaultGateway) -> None:
+    assert FaultGateway.scenarios()["header_drip"]
+    with pytest.raises(ValueError, match="duration"):
+        fault_gateway.base_url("early_hints_flood", duration=-1)
+    with pytest.raises(ValueError, match="duration"):
+        fault_gateway.base_url("ok", duration=1)  # only the endless heads take it
+
+
 # -- broken streams ------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import time
 from typing import Any, Iterator
 
 import anthropic
+import httpcore2
 import httpx
 import httpx2
 import openai
@@ -16,6 +17,7 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import READER_THREAD_NAME, FaultGateway
 
+from .internals import httpx_patches
 from .rawserver import RawServer, read_request_head
 
 pytestmark = pytest.mark.timeout(60)
@@ -185,9 +187,14 @@ def test_httpx_client_and_instrument_together_bind_once(
 
 
 def test_undo_restores_the_httpx_transports_exactly() -> None:
-    before = [dict(vars(lib.HTTPTransport)) for lib in (httpx2, httpx)]
+    """httpx's transports and httpcore's network classes (backend and stream) alike."""
+    patched = httpx_patches()
+    assert patched is not None
+    classes = list(dict.fromkeys(owner for owner, _ in patched.targets()))
+    assert {httpx2.HTTPTransport, httpx.HTTPTransport, httpcore2.SyncBackend} <= set(classes)
+    before = [dict(vars(cls)) for cls in classes]
     ws.instrument()()
-    assert [dict(vars(lib.HTTPTransport)) for lib in (httpx2, httpx)] == before
+    assert [dict(vars(cls)) for cls in classes] == before
 
 
 def test_httpx_false_leaves_httpx_alone() -> None:

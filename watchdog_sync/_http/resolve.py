@@ -12,7 +12,7 @@ import socket
 import threading
 from typing import Any, List, Optional
 
-__all__ = ["is_ip_literal", "resolve_bounded"]
+__all__ = ["addresses_bounded", "is_ip_literal", "resolve_bounded"]
 
 
 def is_ip_literal(host: str) -> bool:
@@ -25,6 +25,13 @@ def is_ip_literal(host: str) -> bool:
 
 def resolve_bounded(host: str, port: int, timeout: Optional[float]) -> str:
     """Resolve ``host`` in a helper thread, waiting at most ``timeout`` seconds."""
+    return addresses_bounded(host, port, timeout)[0]
+
+
+def addresses_bounded(host: str, port: int, timeout: Optional[float]) -> List[str]:
+    """Every address of ``host`` (in the resolver's order), resolved in a helper thread
+    within ``timeout`` seconds; ``socket.timeout`` after that, the resolver's
+    ``OSError`` (``socket.gaierror``) if it fails."""
     result: List[Any] = []
     done = threading.Event()
 
@@ -42,4 +49,4 @@ def resolve_bounded(host: str, port: int, timeout: Optional[float]) -> str:
     outcome = result[0]
     if isinstance(outcome, OSError):
         raise outcome
-    return str(outcome[0][4][0])
+    return list(dict.fromkeys(str(info[4][0]) for info in outcome))

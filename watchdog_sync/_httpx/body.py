@@ -110,8 +110,10 @@ class BoundedBody:
             if not (self._shutter.fired or budget.ended):
                 raise
             ended = True  # said below, outside the handler: nothing of httpx's is chained
-        if ended or self._shutter.fired or (check_each and budget.ended):
-            self._raise_end()  # an EOF that our own shutdown caused is no clean end
+        if ended or self._shutter.fired or budget.ended:
+            # An EOF that our own shutdown caused is no clean end; a body that came whole
+            # past the deadline (from buffers nothing had to wait for) is no success.
+            self._raise_end()
 
     def _raise_end(self) -> None:
         with boundary(self._budget, self._owner):

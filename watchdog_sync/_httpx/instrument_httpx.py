@@ -9,6 +9,12 @@ The openai and anthropic SDKs (and most other httpx code) send through an
   from outside at the budget's end, ``Cancelled`` raised, which the SDKs'
   ``except Exception`` retry loops cannot swallow; an event stream is checked
   as that transport checks one (terminal event, event size cap);
+* inside a scope, httpcore's connect, TLS handshake, reads and writes (the
+  classes ``SyncBackend`` and ``SyncStream``, see ``httpcore_hooks.py``) are
+  bounded from the connect to the response's last header byte: the name
+  resolved within the time left, each read's timeout the time left, the socket
+  shut from outside at the budget's end (``head.py``); outside a scope they
+  pass straight through;
 * in and out of a scope, the body of an HTTP/1.1 response registers its socket
   with a :func:`guard_stream` reader thread while it reads, so a guarded SDK
   stream that goes quiet is shut and its reader exits.
@@ -27,6 +33,7 @@ from .._core.scope import scoped_budget
 from .._http.patches import PatchSet
 from .._http.reads import reading
 from .body import socket_of
+from .httpcore_hooks import class_patches
 
 __all__ = ["httpx_patches"]
 
@@ -51,6 +58,8 @@ def httpx_patches() -> Optional[PatchSet]:
         return None
     patches = PatchSet("httpx")
     for lib in libraries:
+        class_patches(patches, lib)  # httpcore's connect, reads and writes: the head bounded
+    for lib in libraries:  # the entry points last
         patches.wrap(lib.HTTPTransport, "handle_request", functools.partial(_wrap, patches, lib))
     return patches
 

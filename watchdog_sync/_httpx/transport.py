@@ -5,6 +5,14 @@ and, for each request:
 
 * clips the request's timeouts (connect and TLS, write, pool, every read) to
   the budget's remaining time;
+* from the connect to the response's last header byte (``1xx`` included),
+  bounds httpcore's own network calls (:mod:`.head`, through the hooks of
+  :mod:`.httpcore_hooks` on the wrapped ``HTTPTransport``'s pool): the name
+  resolved within the time left, each read's and write's timeout the time
+  left, recomputed per call, the socket shut from outside at the budget's end;
+* checks the budget when the wrapped transport returns: an answer that comes
+  back past the deadline (from a phase below that nothing could interrupt)
+  is closed and raises, never a success;
 * registers the response's socket (HTTP/1.x) with the budget while the
   response is open, so the budget's end shuts it from outside
   (``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
@@ -59,7 +67,9 @@ from .._stream.wire import EventWatch
 from .body import BoundedBody, EventBody, Shutter, socket_of
 from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
 from .feed import fed_events
+from .head import head_phase
 from .http2 import h2_stream
+from .httpcore_hooks import bound_pool
 from .sse import threaded_events
 
 if TYPE_CHECKING:
@@ -147,7 +157,12 @@ class HTTPXTransport(_Base):
     On timeout or cancel: inside a ``deadline()`` scope a request (or a body
     read) raises ``Cancelled`` when the budget ends, and the scope turns it
     into :class:`DeadlineExceeded` / :class:`OperationCancelled`; with
-    ``budget=`` and no scope the request raises those itself. A silent event
+    ``budget=`` and no scope the request raises those itself. Every phase
+    ends at the budget's end: name resolution, connect, TLS, sending, the
+    response head (``1xx`` interim responses included: each read waits at
+    most the time left, and the socket is shut from outside), the body; what
+    runs below a wrapped transport that is not httpx's own is checked when it
+    returns (an answer past the deadline raises). A silent event
     stream raises :class:`StreamIdleTimeout`; an event over the cap
     ``StreamProtocolError('event_too_large')``; a stream cut before its
     terminal event ``StreamProtocolError('no_finish_reason')`` (a Gemini stream's
@@ -210,6 +225,7 @@ class HTTPXTransport(_Base):
                 f"budget must be a watchdog_sync.Budget or None, not {type(budget).__name__}"
             )
         EventFramer(max_event_bytes)  # the framer checks the value and names the parameter
+        bound_pool(transport, lib)  # its connect and response head: bounded like the body
         self._transport = transport
         self._limits = stream_limits(idle_timeout, first_event_timeout, "first_event_timeout")
         self._budget = budget
@@ -274,15 +290,18 @@ class HTTPXTransport(_Base):
             started = time.monotonic()
             live = dict(timeouts)
             first_bound = streaming and _shorter(self._limits.first, live.get("read"))
-            if first_bound:
+            head_until = None
+            if first_bound and self._limits.first is not None:
                 live["read"] = self._limits.first  # the headers are part of the first-event wait
+                head_until = started + self._limits.first  # for the whole head, not per read
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             if self._propagate or _propagation.forced():
                 mark_deadline(request, budget)  # computed now, for this send
             try:
                 token = BOUND.set(True)
                 try:
-                    response = self._transport.handle_request(request)
+                    with head_phase(budget, head_until):  # connect .. last header byte
+                        response = self._transport.handle_request(request)
                 finally:
                     BOUND.reset(token)
             except Exception as exc:
@@ -290,6 +309,11 @@ class HTTPXTransport(_Base):
                     raise
                 response = None  # raised below, outside the handler: the httpx error (and
                 # the request it holds, credentials included) is not chained to ours
+            if response is not None and budget.ended:
+                # A phase below that nothing could interrupt (a custom transport or network
+                # backend) returned past the deadline: no success, whatever it returned.
+                _close_quietly(response)
+                response = None
             if response is None:
                 budget.check()  # the budget's end caused it: say so
                 if replayable and _may_resend(send, budget):
@@ -443,6 +467,13 @@ def _is_event_stream(response: Any) -> bool:
 
 def _is_read_timeout(exc: BaseException) -> bool:
     return any(klass.__name__ == "ReadTimeout" for klass in type(exc).__mro__)
+
+
+def _close_quietly(response: Any) -> None:
+    try:
+        response.close()
+    except Exception:
+        _log.debug("watchdog_sync: closing a response that came too late raised", exc_info=True)
 
 
 def _resent(send: int, why: str, budget: Budget) -> None:

@@ -64,7 +64,9 @@ class FaultGateway:
 
     Timeouts and cancellation: the gateway never waits on a client longer
     than ``request_timeout`` to read a request; it holds a misbehaving
-    response until the client disconnects or ``stop()`` is called.
+    response until the client disconnects or ``stop()`` is called, except
+    the heads that never end (``early_hints_flood``, ``header_drip``), which
+    it closes itself after their ``duration`` option (60 s by default).
     """
 
     def __init__(

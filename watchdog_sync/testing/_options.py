@@ -67,6 +67,7 @@ def _retry_after(name: str, value: Any) -> Any:
 _CHECKS: Dict[str, Callable[[str, Any], Any]] = {
     "chunks": _count(0, 10_000),
     "interval": _seconds,
+    "duration": _seconds,
     "text": _text,
     "usage": _flag,
     "framing": _framing,

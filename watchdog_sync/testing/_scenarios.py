@@ -10,8 +10,9 @@ send).
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from ._anthropic import PING
 from ._call import JSON, Call
@@ -116,6 +117,33 @@ def _pings_only(call: Call) -> None:
 
 def _no_headers(call: Call) -> None:
     call.wait(None)
+
+
+def _for_a_while(call: Call) -> Iterator[int]:
+    """0, 1, 2, ... one step every ``interval`` (the first at once), for ``duration`` seconds.
+
+    Then the scenario returns without a final response, and the gateway closes the
+    connection: its thread ends by itself even if the client never gives up.
+    """
+    interval, give_up = call.options["interval"], time.monotonic() + call.options["duration"]
+    for step in itertools.count():
+        left = give_up - time.monotonic()
+        if step and left <= 0:
+            return
+        if step:
+            call.wait(min(interval, left))
+        yield step
+
+
+def _early_hints_flood(call: Call) -> None:
+    for step in _for_a_while(call):
+        call.exchange.informational(103, {"Link": f"</hint-{step}.css>; rel=preload"})
+
+
+def _header_drip(call: Call) -> None:
+    call.exchange.status_line(200)
+    for step in _for_a_while(call):
+        call.exchange.header_line(f"X-Drip-{step}", "1")
 
 
 def _reset_before_headers(call: Call) -> None:
@@ -255,6 +283,7 @@ _COMMON: Dict[str, Any] = {"framing": "chunked", "text": DEFAULT_TEXT, "usage": 
 _FAULT: Dict[str, Any] = {**_COMMON, "fail_first": None}
 _CHUNKS = {"chunks": 2, "interval": 0.02}
 _HTTP = {"retry_after": None, "retry_after_ms": None}
+_HEAD_DRIP = {"interval": 0.3, "duration": 60.0}  # a head that never ends, for a minute at most
 _BIG = {"size": 64 * 1024 * 1024, "piece": 64 * 1024, "chunks": 1, "interval": 0.02}
 
 
@@ -304,6 +333,10 @@ _TABLE: Tuple[Tuple[str, str, Behavior, Dict[str, Any], Dict[str, Any]], ...] = 
      {**_FAULT, "interval": 0.5}, {}),
     ("no_headers", "reads the request, never answers", _no_headers, _FAULT, {}),
     ("reset_before_headers", "reads the request, then TCP RST", _reset_before_headers, _FAULT, {}),
+    ("early_hints_flood", "a 103 Early Hints every interval, never a final response",
+     _early_hints_flood, {**_FAULT, **_HEAD_DRIP}, {}),
+    ("header_drip", "the status line, then a header line every interval, never the end",
+     _header_drip, {**_FAULT, **_HEAD_DRIP}, {}),
     ("reset_mid_stream", "some chunks, then TCP RST", _reset_mid_stream, {**_FAULT, **_CHUNKS}, {}),
     ("error_mid_stream", "some chunks, then an error event", _error_mid_stream, *_MID),
     ("http400", "400 with an error body", _http_error, *_E400),

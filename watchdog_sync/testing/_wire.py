@@ -315,6 +315,24 @@ class Exchange:
         self.status = status
         self.conn.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
 
+    def informational(self, status: int, headers: Mapping[str, str]) -> None:
+        """Send a ``1xx`` interim response (its status line and headers); no final one yet."""
+        if not 100 <= status < 200 or status == 101:
+            raise ValueError(f"an interim response has a 1xx status other than 101, not {status}")
+        lines = [f"HTTP/1.1 {status} {phrase(status)}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        self.status = status
+        self.conn.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+
+    def status_line(self, status: int) -> None:
+        """Send the status line alone: the headers follow one at a time (:meth:`header_line`)."""
+        self.status = status
+        self.conn.send(f"HTTP/1.1 {status} {phrase(status)}\r\n".encode("latin-1"))
+
+    def header_line(self, name: str, value: str) -> None:
+        """Send one header line of a head begun by :meth:`status_line` (never its end)."""
+        self.conn.send(f"{name}: {value}\r\n".encode("latin-1"))
+
     def write(self, data: bytes) -> None:
         """Send part of the body (one HTTP chunk in chunked mode)."""
         if self._mode == "chunked":

@@ -1,0 +1,270 @@
+"""The connect and the response head on httpcore, bounded by the budget like the body.
+
+While :class:`HTTPXTransport` hands a request to httpcore, a :class:`HeadGuard`
+is current (``HEAD``). httpcore's own network calls, reached through the hooks
+of :mod:`.httpcore_hooks`, ask it first:
+
+* ``connect_tcp``: the name is resolved in a helper thread within the time left
+  (``getaddrinfo`` has no timeout of its own; as ``_http/resolve.py`` does for
+  urllib3), each address is connected to within the time left, and the new
+  socket is registered with the guard at once, before TLS and before a byte of
+  the request is written;
+* ``start_tls``: the handshake's timeout is clipped to the time left;
+* every ``read`` and ``write`` (the request, each ``1xx`` interim response, the
+  final response's head): its timeout is the time left, recomputed at each
+  call, and the stream's socket is registered (a connection reused from the
+  pool is registered at its first write);
+* ``sleep`` (httpcore's back-off between connect retries) never sleeps past
+  the end.
+
+When the budget ends, the guard shuts every registered socket from outside
+(``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
+thread does not). A call that starts after the end raises httpcore's own
+timeout error at once; the transport sees that the budget ended and raises
+``Cancelled`` (or the owner's error). A streaming request's first-event limit
+is an absolute end for the head too (``until``): a head that drips past it
+raises httpcore's ``ReadTimeout``, as a silent one does.
+
+The guard lets its sockets go when httpcore returns the response or fails:
+from there the body's :class:`~.body.Shutter` guards the socket, and a socket
+back in the pool is never shut. HTTP/2 sockets (ALPN ``h2``, or the HTTP/2
+preface written on them) are never registered, since one carries many streams;
+their calls are still clipped. Outside a guarded request the hooks pass
+straight through (one ``ContextVar`` lookup per call).
+
+On timeout or cancel: see above; the TLS handshake runs on a socket object that
+ssl makes from the registered one, so it is bounded by its clipped timeout, not
+shut (as on the urllib3 path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import socket
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterator, List, Optional
+
+from .._core.budget import Budget, _noop
+from .._http.guard import shutdown_socket
+from .._http.resolve import addresses_bounded, is_ip_literal
+
+__all__ = [
+    "HEAD",
+    "HeadGuard",
+    "connect_tcp",
+    "connect_unix_socket",
+    "head_phase",
+    "read",
+    "sleep",
+    "start_tls",
+    "write",
+]
+
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+# Streams that wrote the HTTP/2 preface without TLS (h2c, prior knowledge): never shut.
+_CLEARTEXT_H2: weakref.WeakSet[Any] = weakref.WeakSet()
+_Fn = Callable[..., Any]
+
+
+class HeadGuard:
+    """One request's sockets, from the connect to the last header byte; shut at the budget's end.
+
+    ``until``: an absolute ``time.monotonic()`` by which the head must be in (a
+    streaming request's first-event limit), or ``None``.
+    """
+
+    __slots__ = ("_lock", "_released", "_socks", "_unregister", "_until", "budget", "fired")
+
+    def __init__(self, budget: Budget, until: Optional[float] = None) -> None:
+        self.budget = budget
+        self.fired = False
+        self._until = until
+        self._lock = threading.Lock()
+        self._socks: List[socket.socket] = []
+        self._released = False
+        self._unregister: Callable[[], None] = _noop
+        self._unregister = budget.on_done(self._fire)
+
+    def timeout(
+        self, timeout: Optional[float], error: Any, *, head: bool = True
+    ) -> Optional[float]:
+        """``timeout`` capped at the time left (and at ``until`` for a ``head`` read);
+        ``error`` (httpcore's timeout class) raised when no time is left."""
+        left = self.budget.remaining()
+        if head and self._until is not None:
+            left = min(left, self._until - time.monotonic())
+        if left <= 0:
+            ended = self.budget.ended
+            raise error(
+                "the budget ended before the response headers arrived"
+                if ended
+                else "no response headers within the first-event limit"
+            )
+        if math.isinf(left):
+            return timeout
+        return left if timeout is None else min(float(timeout), left)
+
+    def watch(self, stream: Any) -> None:
+        """Register ``stream``'s socket (not an HTTP/2 one); shut it now if the budget ended."""
+        sock = stream.get_extra_info("socket")
+        if not isinstance(sock, socket.socket) or _multiplexed(stream):
+            return
+        with self._lock:
+            if self._released or any(known is sock for known in self._socks):
+                return
+            self._socks.append(sock)
+            if self.fired:
+                shutdown_socket(sock)
+
+    def forget(self, stream: Any) -> None:
+        """Stop guarding ``stream``'s socket (it turned out to be HTTP/2, or TLS replaced it)."""
+        sock = stream.get_extra_info("socket")
+        with self._lock:
+            self._socks = [known for known in self._socks if known is not sock]
+
+    def _fire(self, budget: Budget) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self.fired = True
+            for sock in self._socks:
+                shutdown_socket(sock)
+
+    def release(self) -> None:
+        """httpcore returned (or failed): no socket is shut from here on."""
+        with self._lock:
+            self._released = True
+            self._socks.clear()
+            unregister, self._unregister = self._unregister, _noop
+        unregister()
+
+
+HEAD: contextvars.ContextVar[Optional[HeadGuard]] = contextvars.ContextVar(
+    "watchdog_sync_httpx_head", default=None
+)
+
+
+@contextlib.contextmanager
+def head_phase(budget: Budget, until: Optional[float] = None) -> Iterator[HeadGuard]:
+    """Make a :class:`HeadGuard` current while httpcore sends the request and reads the head."""
+    guard = HeadGuard(budget, until)
+    token = HEAD.set(guard)
+    try:
+        yield guard
+    finally:
+        HEAD.reset(token)
+        guard.release()
+
+
+def _multiplexed(stream: Any) -> bool:
+    if stream in _CLEARTEXT_H2:
+        return True
+    ssl_object = stream.get_extra_info("ssl_object")
+    return ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2"
+
+
+# -- the hooks: each takes httpcore's classes (``core``) and the method it stands for ----------
+
+
+def read(core: Any, original: _Fn, stream: Any, max_bytes: int, timeout: Any = None) -> Any:
+    guard = HEAD.get()
+    if guard is None:
+        return original(stream, max_bytes, timeout)
+    guard.watch(stream)
+    return original(stream, max_bytes, guard.timeout(timeout, core.ReadTimeout))
+
+
+def write(core: Any, original: _Fn, stream: Any, buffer: bytes, timeout: Any = None) -> Any:
+    guard = HEAD.get()
+    if guard is None:
+        return original(stream, buffer, timeout)
+    if buffer[: len(_H2_PREFACE)] == _H2_PREFACE:
+        _CLEARTEXT_H2.add(stream)
+        guard.forget(stream)
+    guard.watch(stream)
+    return original(stream, buffer, guard.timeout(timeout, core.WriteTimeout, head=False))
+
+
+def start_tls(
+    core: Any,
+    original: _Fn,
+    stream: Any,
+    ssl_context: Any,
+    server_hostname: Optional[str] = None,
+    timeout: Any = None,
+) -> Any:
+    guard = HEAD.get()
+    if guard is None:
+        return original(stream, ssl_context, server_hostname, timeout)
+    guard.watch(stream)
+    clipped = guard.timeout(timeout, core.ConnectTimeout, head=False)
+    secured = original(stream, ssl_context, server_hostname, clipped)
+    guard.forget(stream)  # ssl made a new socket object of it (the old one is detached)
+    guard.watch(secured)
+    return secured
+
+
+def connect_tcp(
+    core: Any,
+    original: _Fn,
+    backend: Any,
+    host: str,
+    port: int,
+    timeout: Any = None,
+    local_address: Optional[str] = None,
+    socket_options: Any = None,
+) -> Any:
+    """Resolve ``host`` within the time left, then connect to each address in turn."""
+    guard = HEAD.get()
+    if guard is None:
+        return original(backend, host, port, timeout, local_address, socket_options)
+    addresses = [host]
+    if not is_ip_literal(host):
+        left = guard.timeout(timeout, core.ConnectTimeout, head=False)
+        try:
+            addresses = addresses_bounded(host, port, left)
+        except socket.timeout as exc:
+            raise core.ConnectTimeout(str(exc)) from exc
+        except OSError as exc:  # socket.gaierror: as httpcore maps it
+            raise core.ConnectError(exc) from exc
+    failure: Optional[Exception] = None
+    for address in addresses:
+        left = guard.timeout(timeout, core.ConnectTimeout, head=False)
+        try:
+            stream = original(backend, address, port, left, local_address, socket_options)
+        except core.ConnectError as exc:  # the next address, as socket.create_connection does
+            failure = exc
+            continue
+        guard.watch(stream)
+        return stream
+    assert failure is not None
+    raise failure
+
+
+def connect_unix_socket(
+    core: Any,
+    original: _Fn,
+    backend: Any,
+    path: str,
+    timeout: Any = None,
+    socket_options: Any = None,
+) -> Any:
+    guard = HEAD.get()
+    if guard is None:
+        return original(backend, path, timeout, socket_options)
+    left = guard.timeout(timeout, core.ConnectTimeout, head=False)
+    stream = original(backend, path, left, socket_options)
+    guard.watch(stream)
+    return stream
+
+
+def sleep(core: Any, original: _Fn, backend: Any, seconds: float) -> Any:
+    """httpcore's back-off between connect retries: never past the budget's end."""
+    guard = HEAD.get()
+    if guard is not None and seconds >= guard.budget.remaining():
+        raise core.ConnectTimeout("the budget ends before the next connect retry")
+    return original(backend, seconds)
