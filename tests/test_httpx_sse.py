@@ -16,6 +16,7 @@ import pytest
 
 import watchdog_sync as ws
 
+from .httpxstream import sdk_stream
 from .internals import EventWatch, error_event, json_object
 from .rawserver import RawServer, end_body, read_request_head, send_body_piece, send_sse_head
 
@@ -200,6 +201,31 @@ def test_an_overloaded_error_event_reaches_the_reader_as_our_error(client: httpx
     with server, pytest.raises(ws.HTTPStatusError) as info, ws.deadline(10):
         read_stream(client, server.url)
     assert info.value.status == 529 and not info.value.retryable
+
+
+DEEP_ERROR = b"event: error\ndata: " + b"[" * 100_000 + b"\n\n"
+
+
+def test_an_error_event_nested_too_deep_is_our_stream_error(client: httpx2.Client) -> None:
+    """``event: error`` whose data is ``[`` x 100,000: ``StreamProtocolError('stream_error')``
+    (json raises RecursionError there, which reached the caller raw)."""
+    server = sse_server(DELTA, DEEP_ERROR)
+    with server, pytest.raises(ws.StreamProtocolError) as info, ws.deadline(10):
+        read_stream(client, server.url)
+    assert info.value.reason == "stream_error" and not ws.classify(info.value).retryable
+
+
+def test_an_error_event_nested_too_deep_reaches_the_anthropic_sdk_as_ours() -> None:
+    """Through the anthropic SDK on httpx_client(): our error, not the SDK's RecursionError."""
+    server = sse_server(DELTA, DEEP_ERROR)
+    http = ws.httpx_client(idle_timeout=5)
+    try:
+        with server, pytest.raises(ws.StreamProtocolError) as info, ws.deadline(10):
+            for _ in sdk_stream("anthropic", server.url, http):
+                pass
+    finally:
+        http.close()
+    assert info.value.reason == "stream_error"
 
 
 def test_an_anthropic_stream_cut_before_message_stop_is_no_finish_reason(
