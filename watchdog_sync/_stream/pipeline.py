@@ -18,9 +18,9 @@ shutdown is seen); the reader then ends the body through :meth:`BodyFeed.end`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, Tuple, TypeVar
+from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, TypeVar
 
-from .._core.errors import Cancelled, WatchdogError
+from .._core.errors import Cancelled
 from . import engine
 from .fed import FedChannel
 from .framing import EventFramer
@@ -111,7 +111,7 @@ class BodyFeed(Generic[T]):
         payload = framing.payload(data)
         room = True
         if payload:
-            items, failure = self._gated(payload)
+            items, failure = self._gate.pass_on(self._framer.feed(payload))
             if items:
                 parsed = self._parse(items)
                 if parsed:
@@ -124,9 +124,6 @@ class BodyFeed(Generic[T]):
         if feed is not None:
             feed.finished = framing.done
         return room
-
-    def _gated(self, payload: bytes) -> Tuple[List[bytes], Optional[WatchdogError]]:
-        return self._gate.pass_on(self._framer.feed(payload))
 
     def end(self, error: Optional[BaseException], eof: bool) -> None:
         """The socket is done (on the reader, or in :meth:`start`): say how, let it all go."""
