@@ -29,9 +29,8 @@ import contextlib
 import contextvars
 import math
 import socket
-import struct
 import threading
-from typing import Any, Callable, Dict, List, NoReturn, Optional
+from typing import Any, Callable, List, NoReturn, Optional
 
 from urllib3.exceptions import ConnectTimeoutError
 from urllib3.util import Timeout
@@ -39,6 +38,7 @@ from urllib3.util import Timeout
 from .._core.budget import Budget, _noop
 from .._core.scope import boundary
 from .resolve import is_ip_literal, resolve_bounded
+from .shutter import SocketSet
 from .tunnel import TunnelView, timeout_of
 
 __all__ = [
@@ -52,13 +52,11 @@ __all__ = [
     "connected",
     "open_socket",
     "raise_budget_end",
-    "shutdown_socket",
     "tunnel",
 ]
 
 GUARD_ATTR = "_watchdog_sync_guard"
 FLOOR = 0.001  # urllib3 and sockets treat 0 as non-blocking; keep a tiny positive wait
-_RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
 class ConnectionGuard:
@@ -80,9 +78,8 @@ class ConnectionGuard:
         self.budget = budget
         self.owner = owner
         self._release = release
-        self.fired = False
         self._lock = threading.Lock()
-        self._sockets: Dict[int, Any] = {}  # id(conn) -> its socket
+        self._sockets = SocketSet()  # id(conn) -> its socket
         self._connections: List[Any] = []
         self._request_done = False
         self._unregister = budget.on_done(self._fire)
@@ -106,16 +103,14 @@ class ConnectionGuard:
         if sock is None:
             sock = getattr(conn, "sock", None)
         if sock is not None:
-            self._sockets[id(conn)] = sock
-            if self.fired:
-                shutdown_socket(sock)
+            self._sockets.put(id(conn), sock)
 
     def detach(self, conn: Any) -> bool:
         """Forget ``conn`` (going back to the pool); True when it was shut and must be dropped."""
         with self._lock:
             if conn in self._connections:
                 self._connections.remove(conn)
-            self._sockets.pop(id(conn), None)
+            self._sockets.drop(id(conn))
             setattr(conn, GUARD_ATTR, None)
             fired = self.fired
             finished = self._request_done and not self._connections
@@ -156,31 +151,13 @@ class ConnectionGuard:
         release, self._release = self._release, _noop
         release()
 
+    @property
+    def fired(self) -> bool:
+        """The budget ended and every socket of the request was shut."""
+        return self._sockets.fired
+
     def _fire(self, budget: Budget) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self._sockets.values():
-                shutdown_socket(sock)
-
-
-def shutdown_socket(sock: Any) -> None:
-    """Shut a (plain or TLS) socket down so a blocked read in another thread wakes.
-
-    The connection is abandoned: its close() will also reset it (SO_LINGER 0), so a server
-    blocked writing into a full window learns at once that nobody reads. A graceful close
-    after the reader drained the socket leaves the server probing a zero window until the
-    kernel drops the orphan (``tcp_fin_timeout``, 60 s).
-    """
-    if sock is None:
-        return
-    raw = sock if isinstance(sock, socket.socket) else getattr(sock, "socket", None)
-    if not isinstance(raw, socket.socket):
-        return
-    with contextlib.suppress(OSError):
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
-    with contextlib.suppress(OSError):
-        # The base method, so an SSLSocket is shut at the TCP level without TLS state changes.
-        socket.socket.shutdown(raw, socket.SHUT_RDWR)
+        self._sockets.shut()
 
 
 def raise_budget_end(guard: ConnectionGuard) -> NoReturn:

@@ -11,11 +11,12 @@ thread is left behind, with or without an ``on_timeout`` hook.
 from __future__ import annotations
 
 import contextvars
-import threading
-from typing import Any, Callable, Dict, Optional
+import functools
+import itertools
+from typing import Any, Callable, Optional
 
 from .._core.budget import _noop
-from .guard import shutdown_socket
+from .shutter import SocketSet
 
 __all__ = ["READER_SOCKETS", "ReaderSockets", "reading"]
 
@@ -24,39 +25,18 @@ class ReaderSockets:
     """Sockets being read by one reader thread; :meth:`shut` shuts them, and later ones at once."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._sockets: Dict[int, Any] = {}
-        self._next = 0
-        self._shut = False
+        self._sockets = SocketSet()
+        self._next = itertools.count()
 
     def add(self, sock: Any) -> Callable[[], None]:
         """Register ``sock`` for one read; returns the function that unregisters it."""
-        with self._lock:
-            if self._shut:
-                shut_now = True
-            else:
-                shut_now = False
-                self._next += 1
-                key = self._next
-                self._sockets[key] = sock
-        if shut_now:
-            shutdown_socket(sock)
-            return _noop
-
-        def remove() -> None:
-            with self._lock:
-                self._sockets.pop(key, None)
-
-        return remove
+        key = next(self._next)  # one key per read: the same socket may be read twice at once
+        self._sockets.put(key, sock)
+        return functools.partial(self._sockets.drop, key)
 
     def shut(self) -> bool:
         """Shut every registered socket (and any registered later); True if one was shut."""
-        with self._lock:
-            self._shut = True
-            sockets, self._sockets = list(self._sockets.values()), {}
-        for sock in sockets:
-            shutdown_socket(sock)
-        return bool(sockets)
+        return self._sockets.shut()
 
 
 READER_SOCKETS: contextvars.ContextVar[Optional[ReaderSockets]] = contextvars.ContextVar(

@@ -8,13 +8,12 @@ pool: a socket that is back in the pool is never shut.
 from __future__ import annotations
 
 import socket
-import threading
 from typing import Any, Callable, Iterator, Optional
 
 from .._core.budget import Budget, _noop
 from .._core.errors import Cancelled
 from .._core.scope import boundary, error_for, owns
-from .._http.guard import shutdown_socket
+from .._http.shutter import SocketSet
 from .._stream.stream import GuardedStream
 
 __all__ = ["BoundedBody", "EventBody", "Shutter", "socket_of"]
@@ -45,31 +44,32 @@ class Shutter:
     shutdown can never reach it once its connection may be back in the pool.
     """
 
-    __slots__ = ("_lock", "_sock", "_unregister", "fired")
+    __slots__ = ("_sockets", "_unregister")
 
     def __init__(self, budget: Budget, sock: Optional[socket.socket]) -> None:
-        self._lock = threading.Lock()
-        self._sock = sock
-        self.fired = False
+        self._sockets = SocketSet()
         self._unregister: Callable[[], None] = _noop
-        if sock is not None:
+        if sock is None:
+            self._sockets.release()  # nothing to shut: shut() is a no-op, fired stays False
+        else:
+            self._sockets.put(0, sock)
             self._unregister = budget.on_done(self._on_end)
+
+    @property
+    def fired(self) -> bool:
+        """The socket was shut from outside."""
+        return self._sockets.fired
 
     def _on_end(self, budget: Budget) -> None:
         self.shut()
 
     def shut(self) -> None:
         """Shut the socket now (``SHUT_RDWR`` wakes a read blocked in another thread)."""
-        with self._lock:
-            if self._sock is None:
-                return
-            self.fired = True
-            shutdown_socket(self._sock)
+        self._sockets.shut()
 
     def release(self) -> None:
-        with self._lock:
-            self._sock = None
-            unregister, self._unregister = self._unregister, _noop
+        self._sockets.release()
+        unregister, self._unregister = self._unregister, _noop
         unregister()
 
 

@@ -43,14 +43,13 @@ import contextlib
 import contextvars
 import math
 import socket
-import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .._core.budget import Budget, _noop
-from .._http.guard import shutdown_socket
 from .._http.resolve import addresses_bounded, is_ip_literal
+from .._http.shutter import SocketSet
 
 __all__ = [
     "HEAD",
@@ -77,17 +76,19 @@ class HeadGuard:
     streaming request's first-event limit), or ``None``.
     """
 
-    __slots__ = ("_lock", "_released", "_socks", "_unregister", "_until", "budget", "fired")
+    __slots__ = ("_sockets", "_unregister", "_until", "budget")
 
     def __init__(self, budget: Budget, until: Optional[float] = None) -> None:
         self.budget = budget
-        self.fired = False
         self._until = until
-        self._lock = threading.Lock()
-        self._socks: List[socket.socket] = []
-        self._released = False
+        self._sockets = SocketSet()
         self._unregister: Callable[[], None] = _noop
         self._unregister = budget.on_done(self._fire)
+
+    @property
+    def fired(self) -> bool:
+        """The budget ended and the sockets were shut."""
+        return self._sockets.fired
 
     def timeout(
         self, timeout: Optional[float], error: Any, *, head: bool = True
@@ -111,35 +112,20 @@ class HeadGuard:
     def watch(self, stream: Any) -> None:
         """Register ``stream``'s socket (not an HTTP/2 one); shut it now if the budget ended."""
         sock = stream.get_extra_info("socket")
-        if not isinstance(sock, socket.socket) or _multiplexed(stream):
-            return
-        with self._lock:
-            if self._released or any(known is sock for known in self._socks):
-                return
-            self._socks.append(sock)
-            if self.fired:
-                shutdown_socket(sock)
+        if isinstance(sock, socket.socket) and not _multiplexed(stream):
+            self._sockets.put(id(sock), sock)
 
     def forget(self, stream: Any) -> None:
         """Stop guarding ``stream``'s socket (it turned out to be HTTP/2, or TLS replaced it)."""
-        sock = stream.get_extra_info("socket")
-        with self._lock:
-            self._socks = [known for known in self._socks if known is not sock]
+        self._sockets.drop(id(stream.get_extra_info("socket")))
 
     def _fire(self, budget: Budget) -> None:
-        with self._lock:
-            if self._released:
-                return
-            self.fired = True
-            for sock in self._socks:
-                shutdown_socket(sock)
+        self._sockets.shut()
 
     def release(self) -> None:
         """httpcore returned (or failed): no socket is shut from here on."""
-        with self._lock:
-            self._released = True
-            self._socks.clear()
-            unregister, self._unregister = self._unregister, _noop
+        self._sockets.release()
+        unregister, self._unregister = self._unregister, _noop
         unregister()
 
 

@@ -69,7 +69,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._core import watchdog
-from .._http.guard import shutdown_socket
+from .._http.shutter import shutdown_socket
 
 __all__ = ["WRITE_WAIT", "H2Stream", "h2_stream", "shape_problems"]
 
