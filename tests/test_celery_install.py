@@ -13,7 +13,6 @@ import logging
 import math
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from typing import Any, Callable, Iterator, List, Optional, Tuple
@@ -330,12 +329,12 @@ def test_cancel_stops_the_wait_with_operation_cancelled(waiting: _App) -> None:
 
     def wait() -> None:
         with deadline(1.2) as budget:
-            canceller = threading.Timer(0.1, budget.cancel)
-            canceller.start()
+            # The cancel comes from the one watchdog thread, 0.1 s in (no timer thread).
+            unregister = watchdog_sync.Budget(0.1).on_done(lambda _: budget.cancel())
             try:
                 result.get(timeout=3)
             finally:
-                canceller.join(2)
+                unregister()
 
     error, ended = _raised(wait)
     assert isinstance(error, watchdog_sync.OperationCancelled), repr(error)
