@@ -11,7 +11,6 @@ buffer pauses the feeder; taking a batch out resumes it.
 from __future__ import annotations
 
 import contextvars
-import itertools
 from typing import Callable, List, Optional, TypeVar
 
 from .._core import events as _events
@@ -20,7 +19,7 @@ from .._core.clock import MONOTONIC, Clock
 from .._core.errors import Cancelled
 from .channel import DEFAULT_MAX_BUFFERED, Channel
 from .limits import StreamLimits
-from .stream import GuardedStream, batches_of
+from .stream import GuardedStream, started
 
 __all__ = ["FedChannel", "OpenTimedOut", "fed_stream"]
 
@@ -129,7 +128,4 @@ def fed_stream(
         max_buffered=max_buffered,
         clock=clock,
     )
-    batches = batches_of(channel)
-    next(batches)
-    channel.start_fed()
-    return GuardedStream(channel, itertools.chain.from_iterable(batches))
+    return started(channel, channel.start_fed)

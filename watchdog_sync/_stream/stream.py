@@ -31,10 +31,10 @@ __all__ = [
     "READER_THREAD_NAME",
     "GuardedStream",
     "StreamStats",
-    "batches_of",
     "budgets_to_watch",
     "guard_source",
     "guard_stream",
+    "started",
 ]
 
 T = TypeVar("T")
@@ -237,9 +237,15 @@ def guard_source(
         max_buffered=max_buffered,
         clock=clock,
     )
+    return started(channel, lambda: channel.start(source, iterator))
+
+
+def started(channel: Channel[T], start: Callable[[], None]) -> GuardedStream[T]:
+    """The stream over ``channel``: its batches primed first (so that collecting the stream
+    always ends it), then ``start`` (the reader thread, or the budget watch of a fed one)."""
     batches = batches_of(channel)
     next(batches)
-    channel.start(source, iterator)
+    start()
     return GuardedStream(channel, itertools.chain.from_iterable(batches))
 
 
