@@ -246,14 +246,14 @@ def openai_sdk_defaults(base_url: str) -> Call:
     return _openai(base_url)
 
 
-def openai_sdk_instrument(base_url: str) -> Call:
-    """The OpenAI SDK with its defaults, after ``instrument()``, the call inside ``deadline(D)``."""
+def _instrumented(sdk_call: Call) -> Call:
+    """``sdk_call`` inside ``deadline(D)``, after ``instrument()`` (applied now, as a program
+    applies it at start-up: its one-time imports are not part of the call); undone after."""
     import watchdog_sync as ws
 
-    sdk_call = _openai(base_url)
+    undo = ws.instrument()
 
     def call() -> Answer:
-        undo = ws.instrument()
         try:
             with ws.deadline(DEADLINE):
                 return sdk_call()
@@ -261,6 +261,11 @@ def openai_sdk_instrument(base_url: str) -> Call:
             undo()
 
     return call
+
+
+def openai_sdk_instrument(base_url: str) -> Call:
+    """The OpenAI SDK with its defaults, after ``instrument()``, the call inside ``deadline(D)``."""
+    return _instrumented(_openai(base_url))
 
 
 def httpx_sse(base_url: str) -> Call:
@@ -352,19 +357,7 @@ def anthropic_sdk_instrument(base_url: str) -> Call:
     """The Anthropic SDK with its defaults, after ``instrument()``, inside ``deadline(D)``."""
     import anthropic
 
-    import watchdog_sync as ws
-
-    sdk_call = _anthropic_call(anthropic.Anthropic(base_url=base_url, api_key=API_KEY))
-
-    def call() -> Answer:
-        undo = ws.instrument()
-        try:
-            with ws.deadline(DEADLINE):
-                return sdk_call()
-        finally:
-            undo()
-
-    return call
+    return _instrumented(_anthropic_call(anthropic.Anthropic(base_url=base_url, api_key=API_KEY)))
 
 
 def _in_deadline(call: Call) -> Call:
@@ -463,19 +456,7 @@ def litellm_sdk(base_url: str) -> Call:
 
 def litellm_sdk_instrument(base_url: str) -> Call:
     """The LiteLLM SDK with its defaults, after ``instrument()``, the call inside ``deadline(D)``."""
-    import watchdog_sync as ws
-
-    sdk_call = _litellm_call(base_url)
-
-    def call() -> Answer:
-        undo = ws.instrument()
-        try:
-            with ws.deadline(DEADLINE):
-                return sdk_call()
-        finally:
-            undo()
-
-    return call
+    return _instrumented(_litellm_call(base_url))
 
 
 CLIENTS: Dict[str, Callable[[str], Call]] = {
