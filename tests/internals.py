@@ -37,6 +37,7 @@ from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._stream import engine as engine_module
+from watchdog_sync._stream import pipeline as pipeline_module
 from watchdog_sync._stream.body import FramingDecoder, body_pieces
 from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME, TURN_BYTES, Feed
 from watchdog_sync._stream.engine import add as add_feed
@@ -90,6 +91,7 @@ __all__ = [
     "SCENARIOS",
     "SHARED_READER_THREAD_NAME",
     "TURN_BYTES",
+    "pipeline_module",
     "Feed",
     "add_feed",
     "StreamLimits",

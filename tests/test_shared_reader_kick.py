@@ -21,7 +21,7 @@ from watchdog_sync import stream_sse
 from .internals import shared_reader_lock
 from .rawserver import SSE_HEAD, RawServer, chunk, read_request_head, wait_for_disconnect
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("shared_reader")]
 
 _EVENT = b'data: {"n": 0}\n\n'
 _IDLE = 0.3

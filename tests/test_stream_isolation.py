@@ -1,6 +1,7 @@
-"""No stream can slow, stall or stop another on the shared reader: a huge multi-line event and
-comment floods beside a healthy stream, a flood from the first body byte, and a reader killed
-by an event listener (its streams end at once, the next stream gets a fresh reader)."""
+"""No stream can slow, stall or stop another, read by its consumer or by the shared reader: a
+huge multi-line event and comment floods beside a healthy stream, a flood from the first body
+byte, and an event listener raising SystemExit (on the shared reader: its streams end at once
+and the next stream gets a fresh reader; in a consumer's read: only that caller sees it)."""
 
 from __future__ import annotations
 
@@ -142,7 +143,7 @@ class Consumer(threading.Thread):
         return max(b - a for a, b in zip(self.times, self.times[1:]))
 
 
-def test_an_8_mib_multi_line_event_does_not_stall_a_healthy_neighbour() -> None:
+def test_an_8_mib_multi_line_event_does_not_stall_a_healthy_neighbour(read_by: str) -> None:
     """One data event of 1.1 M short lines (just under the 8 MiB cap, data and comment lines
     mixed) beside a stream with an event every 50 ms: the event arrives whole, and the
     neighbour keeps its pace (its parse is linear: sseclient-py's join took 54 s)."""
@@ -222,7 +223,7 @@ def test_a_flooding_socket_gets_one_bounded_slice_per_turn_while_another_waits()
     assert len(runs) >= 4, runs  # the two took turns
 
 
-def test_comment_floods_do_not_starve_a_healthy_neighbour() -> None:
+def test_comment_floods_do_not_starve_a_healthy_neighbour(read_by: str) -> None:
     """Six streams flooding ``:\\n\\n`` as fast as they are read (servers in their own processes)
     beside a healthy one: the healthy stream gets every event, with no gap of seconds (issue
     20 measured 1.4-4.2 s; here 0.12-0.15 s on a quiet machine, 0.34 s before the bounded
@@ -244,7 +245,7 @@ def test_comment_floods_do_not_starve_a_healthy_neighbour() -> None:
     assert all(c.error is None and c.sizes == [] for c in flooders)
 
 
-def test_a_flood_from_the_first_body_byte_is_charged_to_the_first_event_limit() -> None:
+def test_a_flood_from_the_first_body_byte_is_charged_to_the_first_event_limit(read_by: str) -> None:
     """Comments from the first byte on (sent with the headers), never data: the stream ends
     at its first-event limit (1 s), not when the flood stops (was 13.5 s for a 12 s flood)."""
     with RawServer(flood(b": ping\n\n" * 8192, 8.0, with_head=True)) as server:
@@ -257,7 +258,7 @@ def test_a_flood_from_the_first_body_byte_is_charged_to_the_first_event_limit() 
 
 
 def test_a_reader_killed_by_a_listener_ends_its_streams_at_once_and_is_replaced(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, shared_reader: None
 ) -> None:
     """A listener raising SystemExit on the shared reader's thread ends the reader: the streams
     it held end within 1 s with stream_reader_failed (not at their idle limit of 30 s), the
@@ -305,3 +306,37 @@ def test_a_reader_killed_by_a_listener_ends_its_streams_at_once_and_is_replaced(
         if "shared stream reader stopped" in record.getMessage():
             logged[record.levelname] = logged.get(record.levelname, 0) + 1
     assert logged == {"ERROR": 1}
+
+
+def test_a_listener_raising_systemexit_in_a_consumers_read_stops_only_that_stream() -> None:
+    """Read by their consumers, a listener's SystemExit reaches the caller whose read ran it,
+    as in a plain loop; the streams beside it get every event, and its connection is let go."""
+    victim = threading.current_thread()  # replaced below by the victim's thread
+    raised: List[BaseException] = []
+
+    def killer(observed: Any) -> None:
+        if observed.event == "first_byte" and threading.current_thread() is victim:
+            raise SystemExit("a listener ends the thread it runs on")
+
+    def run_victim(url: str) -> None:
+        try:
+            for _ in ws.stream_sse(url, idle_timeout=30.0):
+                pass
+        except BaseException as exc:  # SystemExit: recorded, not left to the thread's hook
+            raised.append(exc)
+
+    undo = ws.add_listener(killer)
+    try:
+        with RawServer(healthy, max_connections=3) as server:
+            neighbours = [Consumer(server.url, idle_timeout=5.0) for _ in range(2)]
+            for c in neighbours:
+                c.start()
+            victim = threading.Thread(target=run_victim, args=(server.url,))
+            victim.start()
+            victim.join(10)
+            for c in neighbours:
+                c.join(30)
+    finally:
+        undo()
+    assert not victim.is_alive() and [type(e) for e in raised] == [SystemExit]
+    assert all(c.error is None and len(c.times) == HEALTHY_EVENTS + 1 for c in neighbours)

@@ -87,7 +87,7 @@ def fed_events(
     framing = _H11Framing(response.stream, *shape, lib=lib, watch=watch, shutter=shutter)
     body: BodyFeed[bytes] = BodyFeed(framing.sock, framing, framer, watch.note, _as_they_are)
 
-    def stop() -> None:  # on_timeout: shut the socket from outside; the reader sees it and ends
+    def stop() -> None:  # on_timeout: shut the socket from outside
         framing.stop()
         body.kick()
 
@@ -215,9 +215,6 @@ class _H11Framing:
             raise self._lib.ReadError("the event stream was stopped")
 
     def payload(self, data: Optional[bytes]) -> bytes:
-        return self._parse(data)
-
-    def _parse(self, data: Optional[bytes]) -> bytes:
         """The body bytes h11 gives for ``data`` (``b""``: the end of the connection)."""
         h11 = self._h11
         state = self._state
@@ -263,7 +260,7 @@ class _H11Framing:
     def _check_eof(self) -> None:
         """The connection ended: h11 says whether the body may end here (close-delimited)."""
         if not self._done:
-            self._parse(b"")
+            self.payload(b"")
         if not self._done:
             raise self._lib.RemoteProtocolError(
                 "peer closed connection without sending complete message body"

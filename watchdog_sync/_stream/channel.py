@@ -82,6 +82,12 @@ class Channel(Generic[T]):
         self._first = limits.first
         self._first_named = limits.first_named
         self._budgets = budgets
+        # The earliest deadline on the stream's clock (budgets' deadlines never move).
+        self._deadline = min(
+            (b.deadline for b in budgets if b.clock is clock and b.deadline is not None),
+            default=math.inf,
+        )
+        self._other_clocks = [b for b in budgets if b.clock is not clock]
         self._explicit = explicit
         self._stage = budgets[0].stage if budgets else None
         self._unregister: List[Callable[[], None]] = []
@@ -242,8 +248,15 @@ class Channel(Generic[T]):
             while True:
                 if self._stopping or self._budget_ended:
                     return None, wait_from
-                if any(budget.ended for budget in self._budgets):
+                now = self._now()
+                if now >= self._deadline:
                     return None, wait_from
+                for budget in self._budgets:
+                    if budget.cancelled:
+                        return None, wait_from
+                for budget in self._other_clocks:
+                    if budget.ended:
+                        return None, wait_from
                 buf = self._buf
                 count = len(buf)
                 if count:
@@ -258,28 +271,28 @@ class Channel(Generic[T]):
                     return items, wait_from
                 if self._reader_done:
                     return None, wait_from
-                now = self._now()
                 if wait_from is None:
                     wait_from = now
                 timeout = self._idle_left(wait_from, now)
                 if timeout <= 0:
                     return None, wait_from
-                for budget in self._budgets:
-                    if budget.clock is self._clock:  # another clock's budget wakes us on_done
-                        timeout = min(timeout, budget.remaining())
-                if timeout <= 0:
-                    continue  # the budget just ended: the check above reports it
+                # Another clock's budget wakes us from its on_done.
+                timeout = min(timeout, self._deadline - now)
                 self._consumer_waiting = True
                 self._gate.clear()  # the reader's round ends before its next source item
                 # Looked at again through a slice, which takes the list's own lock on a
                 # free-threaded build, as the reader's append does: either this sees the
                 # item, or the reader, after appending it, sees the cleared gate.
                 if not buf[-1:]:
-                    if math.isinf(timeout):
-                        self._not_empty.wait()
-                    else:
-                        self._clock.wait(self._not_empty, timeout)
+                    self._wait(timeout)
                 self._consumer_waiting = False
+
+    def _wait(self, timeout: float) -> None:
+        """With ``_lock`` held and the buffer empty: wait at most ``timeout`` for the reader."""
+        if math.isinf(timeout):
+            self._not_empty.wait()
+        else:
+            self._clock.wait(self._not_empty, timeout)
 
     def _idle_left(self, wait_from: float, now: float) -> float:
         """Seconds until the idle (or first-item) limit; ``inf`` when disabled."""

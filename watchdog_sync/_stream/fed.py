@@ -1,17 +1,25 @@
-"""A guarded stream fed from outside: the shared reader pushes items, the consumer waits.
+"""A guarded stream without a reader thread of its own: its consumer reads it, or the shared
+reader feeds it.
 
 The consumer side is :class:`Channel`'s (idle limit, budget, stats, ending);
-instead of a reader thread of its own, the stream's ``opener`` runs in the
-consumer's thread at the first ``next()`` (it sends the request and hands the
-socket to the shared reader), and the shared reader calls :meth:`FedChannel.offer`
-with each read's items and :meth:`FedChannel.fed_end` at the end. A full
-buffer pauses the feeder; taking a batch out resumes it.
+instead of a reader thread, the stream's ``opener`` runs in the consumer's
+thread at the first ``next()`` (it sends the request and attaches the body).
+Attached, the body is read in the consumer's thread: whenever the consumer
+finds the buffer empty it reads once (:meth:`Body.pull`), for at most what its
+wait may last. Detached, the shared reader reads it and calls :meth:`offer`
+with each read's items and :meth:`flush` after its turn; a full buffer pauses
+it, taking a batch out resumes it. Either way :meth:`fed_end` records the end.
+
+On timeout or cancel ``on_timeout`` shuts the socket from outside, which ends a
+read in progress; an attached body is then ended by that read or, when none is
+in progress, by whoever stopped the stream (or saw its budget end).
 """
 
 from __future__ import annotations
 
 import contextvars
-from typing import Callable, List, Optional, TypeVar
+import math
+from typing import Callable, List, Optional, Protocol, TypeVar
 
 from .._core import events as _events
 from .._core.budget import Budget
@@ -26,17 +34,30 @@ __all__ = ["FedChannel", "OpenTimedOut", "fed_stream"]
 T = TypeVar("T")
 
 
+class Body(Protocol):
+    """What a fed channel reads: one read at a time, in the consumer's thread."""
+
+    def pull(self, timeout: Optional[float]) -> None:
+        """Read once, waiting at most ``timeout`` (``None``: no limit); offer the items to
+        the channel, or end the body (``fed_end``)."""
+
+    def end(self, error: Optional[BaseException], eof: bool) -> None:
+        """End the body (once) and let its connection go."""
+
+
 class OpenTimedOut(Exception):
     """Raised by an opener whose wait for the response ran into the first-item limit."""
 
 
 class FedChannel(Channel[T]):
-    """A :class:`Channel` whose items are pushed by a feeder instead of a reader thread."""
+    """A :class:`Channel` read by its consumer (an attached body) or fed by the shared reader."""
 
     def __init__(self, opener: Callable[[FedChannel[T]], None], **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._opener: Optional[Callable[[FedChannel[T]], None]] = opener
+        self._body: Optional[Body] = None
         self._resume: Optional[Callable[[], None]] = None
+        self._reading = False  # the consumer is in ``body.pull``: it ends the body
         self._context = contextvars.copy_context()  # events from the feeder carry the caller's
 
     def start_fed(self) -> None:
@@ -55,7 +76,11 @@ class FedChannel(Channel[T]):
                 pass  # the idle check below reports it
             except (Exception, Cancelled) as exc:
                 self.fed_end(exc, completed=False)
-        return super().next_batch()
+        try:
+            return super().next_batch()
+        finally:
+            if self._stopping:  # a read that returned as the stream was stopped left the body
+                self._let_go()
 
     def first_item_left(self) -> Optional[float]:
         """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
@@ -63,11 +88,26 @@ class FedChannel(Channel[T]):
             return None
         return self._created + self._first - self._now()
 
+    def attach(self, body: Body) -> None:
+        """From the opener: the consumer reads ``body`` whenever its buffer is empty."""
+        with self._lock:
+            self._body = body
+        self._let_go()  # stopped while it opened: nobody will read it
+
+    def detach(self) -> bool:
+        """From the body, during the consumer's read: the shared reader feeds the stream from
+        now on (:meth:`offer`, :meth:`flush`). False: it was stopped, nothing changes."""
+        with self._lock:
+            if self._stopping:
+                return False
+            self._body = None
+            return True
+
     def set_resume(self, resume: Optional[Callable[[], None]]) -> None:
         self._resume = resume
 
     def offer(self, items: List[T]) -> bool:
-        """From the feeder: add items; False when the buffer is full (stop feeding)."""
+        """A read's items; False when the buffer is full (the shared reader pauses then)."""
         first = False
         with self._lock:
             if self._stopping:
@@ -75,7 +115,7 @@ class FedChannel(Channel[T]):
             if self._first_at is None and items:
                 self._first_at = self._now()
                 first = True
-            self._buf.extend(items)  # the consumer is woken by flush(), after the turn
+            self._buf.extend(items)  # on the shared reader, flush() wakes the consumer
             room = len(self._buf) < self._max
             self._reader_waiting = not room
         if first:
@@ -91,10 +131,10 @@ class FedChannel(Channel[T]):
         return room
 
     def flush(self) -> None:
-        """From the feeder, after a turn's reads: wake the consumer if it waits for these.
+        """From the shared reader, after a turn's reads: wake the consumer if it waits.
 
         Deferred to the end of the turn so that the woken consumers do not contend for the
-        GIL with the feeder's next reads (each ``recv`` lets it go).
+        GIL with the reader's next reads (each ``recv`` lets it go).
         """
         with self._lock:
             if self._consumer_waiting and self._buf:
@@ -106,7 +146,43 @@ class FedChannel(Channel[T]):
             self._resume()
 
     def fed_end(self, error: Optional[BaseException], completed: bool) -> None:
+        with self._lock:
+            self._body = None
         self._reader_exited(error, completed)
+
+    def _wait(self, timeout: float) -> None:
+        """With ``_lock`` held and the buffer empty: read the body once (the lock let go)."""
+        body = self._body
+        if body is None:  # its end is recorded already, or it was never attached
+            super()._wait(timeout)
+            return
+        self._reading = True
+        self._lock.release()
+        try:
+            body.pull(None if math.isinf(timeout) else timeout)
+        finally:
+            self._lock.acquire()
+            self._reading = False
+
+    def _finish(self, ended_by: str) -> None:
+        super()._finish(ended_by)  # shuts the socket, if a read may be in progress
+        self._let_go()
+
+    def _on_budget_done(self, budget: Budget) -> None:
+        super()._on_budget_done(budget)  # shuts the socket, if a read may be in progress
+        self._let_go()  # the connection ends at the budget's end, not when the consumer is back
+
+    def _let_go(self) -> None:
+        """A stopped stream's body (or one whose budget ended) ends here, unless its consumer
+        is reading it: then the read, woken by the shutdown, ends it."""
+        with self._lock:
+            if self._reading or self._body is None:
+                return
+            if not (self._stopping or any(budget.ended for budget in self._budgets)):
+                return
+            body, self._body = self._body, None
+        if body is not None:
+            body.end(None, False)
 
 
 def fed_stream(

@@ -2,22 +2,43 @@
 
 Every socket-backed event stream (``stream_sse`` and ``ChatClient`` over
 http.client, the httpx transport's HTTP/1.1 streams over h11) is read by one
-:class:`BodyFeed`: the consumer's thread takes the bytes that came with the
-headers, then the shared reader (:mod:`.engine`) takes every later read. Each
-read goes the same way: the body's :class:`Framing` turns it into payload
-bytes, the :class:`~.framing.EventFramer` splits and bounds the events, the
-stream rules' :class:`~.wire.Gate` holds back what is not activity, ``parse``
-makes the items the stream hands on, and the channel gets them. What differs
-between the two HTTP stacks is only the :class:`Framing`: how bytes become
-payload, how the body may end, and how its connection is let go.
+:class:`BodyFeed`. Each read goes the same way: the body's :class:`Framing`
+turns it into payload bytes, the :class:`~.framing.EventFramer` splits and
+bounds the events, the stream rules' :class:`~.wire.Gate` holds back what is
+not activity, ``parse`` makes the items the stream hands on, and the channel
+gets them. What differs between the two HTTP stacks is only the
+:class:`Framing`: how bytes become payload, how the body may end, and how its
+connection is let go.
+
+Who reads: the consumer's own thread takes the bytes that came with the
+headers, and then, with up to :data:`SHARED_FROM` bodies open in the process,
+goes on reading its socket itself: each time it finds its buffer empty, one
+read whose wait is what its own wait may last (``min(idle limit left, budget
+left)``), so an event reaches it as soon as the plain loop's would, with no
+second thread woken. With more bodies open, each body moves (at its next read)
+to the shared reader (:mod:`.engine`), whose one thread batches the reads of
+many sockets: cheaper than that many threads each woken per event, once the
+process is busy. A body never moves back.
+
+Isolation: read by its consumer, a stream's bytes cost only that consumer; on
+the shared reader, each stream's turn is bounded (:data:`~.engine.TURN_BYTES`).
+A flood of comments or pings gives its consumer nothing, and the first-event
+and idle limits end it.
 
 On timeout or cancel: the stream's ``on_timeout`` shuts the socket from
-outside (and :meth:`BodyFeed.kick` makes a paused socket watched again, so the
-shutdown is seen); the reader then ends the body through :meth:`BodyFeed.end`.
+outside, which ends a read in progress at once (:meth:`BodyFeed.kick` makes a
+socket the shared reader paused watched again, so the shutdown is seen); the
+body is then ended by that read, or by whoever stopped the stream when no read
+is in progress.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import select
+import ssl
+import threading
 from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, TypeVar
 
 from .._core.errors import Cancelled
@@ -26,9 +47,37 @@ from .fed import FedChannel
 from .framing import EventFramer
 from .wire import Gate
 
-__all__ = ["BodyFeed", "Framing"]
+__all__ = ["READ_SIZE", "BodyFeed", "Framing"]
 
 T = TypeVar("T")
+
+READ_SIZE = 65536  # the most one read takes: what a read's events can add to the buffer
+# With more bodies open than this, the shared reader reads them all: one thread batching many
+# sockets' reads costs less than that many threads woken per event.
+SHARED_FROM = 128
+_open_lock = threading.Lock()
+_open = 0  # bodies open now (started, not ended)
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def _after_fork_in_child() -> None:
+    global _open_lock, _open
+    _open_lock = threading.Lock()
+    _open = 0  # the parent's bodies are not this process's
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _poller(sock: Any) -> Optional[Callable[[Optional[int]], List[Any]]]:
+    """``poll`` of a ``select.poll`` that waits for ``sock`` to be readable (its end or a
+    shutdown from outside included); ``None`` where there is no ``poll`` (``select`` then)."""
+    if sock is None or not hasattr(select, "poll"):
+        return None
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return poller.poll
 
 
 class Framing(Protocol):
@@ -39,7 +88,8 @@ class Framing(Protocol):
         """The body's last byte was parsed: it ended cleanly."""
 
     def check(self) -> None:
-        """Raise if the stream was stopped from outside (nothing queued is parsed then)."""
+        """Raise if the stream was stopped from outside: nothing more is parsed, and a body
+        the shared reader paused ends when it is served again."""
 
     def payload(self, data: Optional[bytes]) -> bytes:
         """The body bytes in ``data`` (``None``: what the stack buffered already).
@@ -59,7 +109,7 @@ class Framing(Protocol):
 
 
 class BodyFeed(Generic[T]):
-    """One event-stream body: read in the consumer's thread first, then on the shared reader.
+    """One event-stream body: read in its consumer's thread, or on the shared reader.
 
     ``parse`` makes the items handed on from the gated events (``stream_sse``:
     ``sseclient.Event`` objects; httpx: the event bytes themselves).
@@ -78,29 +128,79 @@ class BodyFeed(Generic[T]):
         self._framer = framer
         self._gate = Gate(framer.limit, active)
         self._parse = parse
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._poll = _poller(sock)
         self._channel: Optional[FedChannel[T]] = None
         self._feed: Optional[engine.Feed] = None
+        self._counted = False  # in _open
         self._ended = False
 
     def start(self, channel: FedChannel[T], buffered: Iterable[Optional[bytes]]) -> None:
-        """In the consumer's thread: take the ``buffered`` bytes (those that came with the
-        headers, a turn's worth at most), then hand the socket (already non-blocking) to the
-        shared reader."""
+        """Take the ``buffered`` bytes (those that came with the headers, one read's worth
+        at most), then give the channel this body to read from."""
         self._channel = channel
         if self._sock is None:  # the stack had let the connection go: the body is all read
             self.end(None, True)
             return
-        feed = self._feed = engine.Feed(self._sock, self.take, self.end, channel.flush)
         try:
             for data in buffered:
-                if not self.take(data) or feed.finished:  # full: the reader goes on later
-                    break
+                self.take(data)
+                if self._framing.done:
+                    self.end(None, False)
+                    return
         except (Exception, Cancelled) as exc:
             self.end(exc, False)
             return
-        if feed.finished:
-            self.end(None, False)
+        global _open
+        with _open_lock:
+            _open += 1
+            self._counted = True
+            crowded = _open > SHARED_FROM
+        if crowded:
+            self._to_reader()
+        else:
+            channel.attach(self)
+
+    def pull(self, timeout: Optional[float]) -> None:
+        """In the consumer's thread: one read of the (non-blocking) socket, waiting at most
+        ``timeout`` seconds (``None``: no limit), its events offered to the channel; the
+        body ends here when the socket does. Once more than :data:`SHARED_FROM` bodies
+        are open, the shared reader reads this one from then on."""
+        sock = self._sock
+        try:
+            # One system call to wait (it lets the GIL go once; a settimeout() before each
+            # recv() would add one more), unless TLS holds decrypted bytes already.
+            if not (self._tls and sock.pending()):
+                poll = self._poll
+                if poll is not None:
+                    if not poll(None if timeout is None else math.ceil(timeout * 1e3)):
+                        return
+                elif not select.select([sock], [], [], timeout)[0]:
+                    return
+            data = sock.recv(READ_SIZE)
+        except _WOULD_BLOCK:  # TLS: not a whole record yet
             return
+        except OSError as exc:
+            self.end(exc, False)
+            return
+        if not data:
+            self.end(None, True)
+            return
+        try:
+            self.take(data)
+        except (Exception, Cancelled) as exc:  # decoding, framing, or stopped: its error
+            self.end(exc, False)
+            return
+        if self._framing.done:
+            self.end(None, False)
+        elif _open > SHARED_FROM:
+            self._to_reader()
+
+    def _to_reader(self) -> None:
+        channel = self._channel
+        if channel is None or not channel.detach():
+            return
+        feed = self._feed = engine.Feed(self._sock, self.take, self.end, channel.flush)
         channel.set_resume(lambda: engine.kick(feed))
         engine.add(feed)
 
@@ -126,10 +226,12 @@ class BodyFeed(Generic[T]):
         return room
 
     def end(self, error: Optional[BaseException], eof: bool) -> None:
-        """The socket is done (on the reader, or in :meth:`start`): say how, let it all go."""
+        """The socket is done (in the consumer's read, or on the shared reader): say how,
+        let it all go (once)."""
         if self._ended:
             return
         self._ended = True
+        self._uncount()
         try:
             error = self._framing.outcome(error, eof)
         except (Exception, Cancelled) as exc:  # delivered to the consumer below, never dropped
@@ -143,8 +245,16 @@ class BodyFeed(Generic[T]):
                 channel.fed_end(error, completed=error is None)
             error = None
 
+    def _uncount(self) -> None:
+        global _open
+        if self._counted:
+            self._counted = False
+            with _open_lock:
+                _open -= 1
+
     def kick(self) -> None:
-        """After a stop: a paused socket is watched again, so its shutdown is seen."""
+        """After a stop: a socket the shared reader paused is watched again, so its shutdown
+        is seen."""
         feed = self._feed
         if feed is not None:
             engine.kick(feed)

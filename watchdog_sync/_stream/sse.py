@@ -244,7 +244,7 @@ def open_sse(
     def stop() -> None:
         abort.cancel("stream_stopped")
         for body in feeds:
-            body.kick()  # a paused socket is watched again, so its shutdown is seen
+            body.kick()  # a socket the shared reader paused is watched again
 
     mark = _mark(url, base, limits.idle) if observe else None
     try:

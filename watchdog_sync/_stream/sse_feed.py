@@ -1,10 +1,10 @@
-"""stream_sse's request and body on the shared reader (``engine``): the opener of a fed stream.
+"""stream_sse's request and body: the opener of a fed stream.
 
 The request runs in the consumer's thread at its first ``next()`` (bounded by the
 connect limit, the first-event limit and the budget); then the bytes that
 http.client already buffered with the headers are decoded, and the socket,
-made non-blocking, goes to the shared reader, which decodes, frames and parses
-every later read and offers the events to the stream.
+made non-blocking, is read by the one body reader (:class:`~.pipeline.BodyFeed`):
+in the consumer's thread, or on the shared reader when many streams are open.
 """
 
 from __future__ import annotations
@@ -25,16 +25,15 @@ from .._core.scope import using_budget
 from .._http.http import Session
 from .._http.redirect import FOLLOWED_METHODS, is_redirect
 from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
-from . import engine
 from .body import FramingDecoder, body_pieces, decoder_for
 from .fed import FedChannel, OpenTimedOut
 from .framing import EventFramer
 from .parse import parse_events
-from .pipeline import BodyFeed
+from .pipeline import READ_SIZE, BodyFeed
 from .wire import is_activity
 
 _ERROR_BODY_LIMIT = 4096
-_FIRST_READ = max(engine.TURN_BYTES, io.DEFAULT_BUFFER_SIZE)  # http.client's buffer, whole
+_FIRST_READ = max(READ_SIZE, io.DEFAULT_BUFFER_SIZE)  # http.client's buffer, whole
 _PLAIN = Translator()
 
 __all__ = ["opener"]
@@ -111,25 +110,18 @@ class _HTTPClientFraming:
         return self._decoder.done
 
     def check(self) -> None:
-        self._abort.check()  # stopped from outside: do not parse what was already queued
+        self._abort.check()  # stopped from outside: nothing more is parsed
 
     def payload(self, data: Optional[bytes]) -> bytes:
         assert data is not None
-        try:
-            return self._decoder.feed(data)
-        except http.client.HTTPException as exc:
-            raise self._errors.error(exc) from exc
-
-    def parse(self, framed: List[bytes]) -> List[Any]:
-        try:
-            return parse_events(framed)
-        except UnicodeDecodeError as exc:
-            raise self._errors.error(exc) from exc
+        return self._decoder.feed(data)  # broken framing: an HTTPException, see outcome()
 
     def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
-        if isinstance(error, (OSError, http.client.HTTPException)) and not isinstance(
-            error, WatchdogError
-        ):  # a foreign read error (ours, a TransportError, is an OSError too)
+        if isinstance(
+            error, (OSError, http.client.HTTPException, UnicodeDecodeError)
+        ) and not isinstance(error, WatchdogError):
+            # A foreign read, framing or decoding error (ours, a TransportError, is an
+            # OSError too).
             self._abort.check()  # our own shutdown caused it: the budget's end, not a reset
             cause, error = error, self._errors.error(error)
             error.__cause__ = cause
@@ -151,11 +143,11 @@ class _HTTPClientFraming:
 
 def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Iterator[bytes]:
     """The bytes that arrived with the headers, from http.client's buffer: each read asks
-    for at least the buffer's size, so none is left where select() cannot see it, and at
-    most one reader turn's worth is taken (a flood from the first byte goes on on the
-    reader, and the first-event limit holds)."""
+    for at least the buffer's size, so none is left behind in it, and at most one read's
+    worth is taken (a flood from the first byte goes on in the consumer's reads, between
+    which the first-event limit is checked)."""
     given = 0
-    while not framing.done and given < engine.TURN_BYTES:
+    while not framing.done and given < READ_SIZE:
         try:
             data = raw.fp.read1(_FIRST_READ)
         except (BlockingIOError, ssl.SSLWantReadError):
@@ -242,7 +234,7 @@ def opener(
             if sock is not None:
                 sock.settimeout(0)
                 made_non_blocking.append(sock)
-            fed: BodyFeed[Any] = BodyFeed(sock, framing, framer, is_activity, framing.parse)
+            fed: BodyFeed[Any] = BodyFeed(sock, framing, framer, is_activity, parse_events)
             feeds.append(fed)
             fed.start(channel, _buffered(raw, framing))
         except BaseException:
