@@ -37,9 +37,9 @@ def test_past_shared_from_open_bodies_every_stream_moves_to_the_shared_reader(
         readers.setdefault(id(body), []).append(threading.current_thread().name)
         return take(body, data)
 
-    def recorded_pull(body: Any, timeout: Optional[float]) -> None:
+    def recorded_pull(body: Any, timeout: Optional[float]) -> List[Any]:
         pulled.add(id(body))
-        pull(body, timeout)
+        return pull(body, timeout)
 
     monkeypatch.setattr(pipeline_module.BodyFeed, "take", recorded_take)
     monkeypatch.setattr(pipeline_module.BodyFeed, "pull", recorded_pull)

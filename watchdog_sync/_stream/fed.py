@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import math
-from typing import Callable, List, Optional, Protocol, TypeVar
+from typing import Any, Callable, List, Optional, Protocol, TypeVar
 
 from .._core import events as _events
 from .._core.budget import Budget
@@ -37,9 +37,9 @@ T = TypeVar("T")
 class Body(Protocol):
     """What a fed channel reads: one read at a time, in the consumer's thread."""
 
-    def pull(self, timeout: Optional[float]) -> None:
-        """Read once, waiting at most ``timeout`` (``None``: no limit); offer the items to
-        the channel, or end the body (``fed_end``)."""
+    def pull(self, timeout: Optional[float]) -> List[Any]:
+        """Read once, waiting at most ``timeout`` (``None``: no limit); the read's items (or
+        none: the body may have ended, ``fed_end``)."""
 
     def end(self, error: Optional[BaseException], eof: bool) -> None:
         """End the body (once) and let its connection go."""
@@ -159,7 +159,12 @@ class FedChannel(Channel[T]):
         self._reading = True
         self._lock.release()
         try:
-            body.pull(None if math.isinf(timeout) else timeout)
+            items = body.pull(None if math.isinf(timeout) else timeout)
+            if items:
+                if self._first_at is None:
+                    self.offer(items)  # the first: recorded, and announced
+                else:
+                    self._buf.extend(items)  # one list operation, as a reader thread's append
         finally:
             self._lock.acquire()
             self._reading = False

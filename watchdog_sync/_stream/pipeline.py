@@ -161,11 +161,11 @@ class BodyFeed(Generic[T]):
         else:
             channel.attach(self)
 
-    def pull(self, timeout: Optional[float]) -> None:
+    def pull(self, timeout: Optional[float]) -> List[T]:
         """In the consumer's thread: one read of the (non-blocking) socket, waiting at most
-        ``timeout`` seconds (``None``: no limit), its events offered to the channel; the
-        body ends here when the socket does. Once more than :data:`SHARED_FROM` bodies
-        are open, the shared reader reads this one from then on."""
+        ``timeout`` seconds (``None``: no limit); returns its items. The body ends here when
+        the socket does. Once more than :data:`SHARED_FROM` bodies are open, the shared
+        reader reads this one from then on."""
         sock = self._sock
         try:
             # One system call to wait (it lets the GIL go once; a settimeout() before each
@@ -174,27 +174,34 @@ class BodyFeed(Generic[T]):
                 poll = self._poll
                 if poll is not None:
                     if not poll(None if timeout is None else math.ceil(timeout * 1e3)):
-                        return
+                        return []
                 elif not select.select([sock], [], [], timeout)[0]:
-                    return
+                    return []
             data = sock.recv(READ_SIZE)
         except _WOULD_BLOCK:  # TLS: not a whole record yet
-            return
+            return []
         except OSError as exc:
             self.end(exc, False)
-            return
+            return []
         if not data:
             self.end(None, True)
-            return
+            return []
         try:
-            self.take(data)
-        except (Exception, Cancelled) as exc:  # decoding, framing, or stopped: its error
+            # Not checked for a stop first: the channel looks at that before it delivers.
+            items = self._items(data)
+        except (Exception, Cancelled) as exc:  # decoding, framing: its error
             self.end(exc, False)
-            return
-        if self._framing.done:
-            self.end(None, False)
-        elif _open > SHARED_FROM:
-            self._to_reader()
+            return []
+        if self._framing.done or _open > SHARED_FROM:
+            if items:  # before the end, or before the shared reader's first items
+                assert self._channel is not None
+                self._channel.offer(items)
+            if self._framing.done:
+                self.end(None, False)
+            else:
+                self._to_reader()
+            return []
+        return items
 
     def _to_reader(self) -> None:
         channel = self._channel
@@ -205,25 +212,37 @@ class BodyFeed(Generic[T]):
         engine.add(feed)
 
     def take(self, data: Optional[bytes]) -> bool:
-        """One read's bytes: framed, gated, parsed, offered. False: the channel is full."""
-        framing = self._framing
-        framing.check()
-        payload = framing.payload(data)
+        """One read's bytes (on the shared reader, or those that came with the headers):
+        framed, gated, parsed, offered. False: the channel is full."""
+        self._framing.check()
+        items = self._items(data)
         room = True
-        if payload:
-            items, failure = self._gate.pass_on(self._framer.feed(payload))
-            if items:
-                parsed = self._parse(items)
-                if parsed:
-                    assert self._channel is not None
-                    room = self._channel.offer(parsed)
-            if failure is not None:
-                raise failure  # an error event, after the events before it
-            self._framer.check()
+        if items:
+            assert self._channel is not None
+            room = self._channel.offer(items)
         feed = self._feed
         if feed is not None:
-            feed.finished = framing.done
+            feed.finished = self._framing.done
         return room
+
+    def _items(self, data: Optional[bytes]) -> List[T]:
+        """The items of one read's bytes. An error event or an event past the size limit
+        raises, after the items before it were offered."""
+        payload = self._framing.payload(data)
+        if not payload:
+            return []
+        events, failure = self._gate.pass_on(self._framer.feed(payload))
+        items = self._parse(events) if events else []
+        try:
+            if failure is not None:
+                raise failure  # an error event
+            self._framer.check()  # an event past the size limit
+        except BaseException:  # only these two raise here
+            if items:  # the events before it go first
+                assert self._channel is not None
+                self._channel.offer(items)
+            raise
+        return items
 
     def end(self, error: Optional[BaseException], eof: bool) -> None:
         """The socket is done (in the consumer's read, or on the shared reader): say how,
