@@ -40,7 +40,7 @@ class ChatStream:
 
     Iterate it for the parsed ``chat.completion.chunk`` dicts, as the server
     sent them. Use it as a context manager, or call :meth:`close`, to stop
-    early: the connection is shut and the shared reader lets it go at once.
+    early: the connection is shut and let go at once.
 
     Afterwards (or at any point) read:
 
@@ -63,7 +63,7 @@ class ChatStream:
     :class:`OperationCancelled`. Every error raised while iterating has
     ``retryable=False`` (chunks were delivered; nothing is replayed) and
     carries ``request_id``; after any error the stream is closed (connection
-    shut, let go by the shared reader).
+    shut and let go).
     """
 
     def __init__(
@@ -329,7 +329,7 @@ class ChatStream:
         return outcome
 
     def close(self) -> None:
-        """Stop the stream: shut the connection; the shared reader lets it go (idempotent).
+        """Stop the stream: shut the connection and let it go (idempotent).
 
         Iterating afterwards ends at once (``StopIteration``).
         """

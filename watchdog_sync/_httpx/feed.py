@@ -1,4 +1,4 @@
-"""HTTPXTransport's HTTP/1.1 event-stream bodies on the shared reader (``engine``).
+"""HTTPXTransport's HTTP/1.1 event-stream bodies, read by the one body reader (``pipeline``).
 
 When httpcore returns a response's headers, the first bytes of its body sit in
 h11's receive buffer (``h11.Connection.trailing_data``, public h11 API) and the
@@ -7,7 +7,8 @@ checked at every step (httpx's ``ResponseStream`` over httpcore's pool stream
 over an ``HTTP11Connection`` reading httpcore's own ``SyncStream``, a plain
 socket or an ``ssl.SSLSocket``; the request sent whole, the body not touched
 yet), it makes the socket non-blocking and reads it with the one body reader
-(:class:`~.._stream.pipeline.BodyFeed`), whose framing here (:class:`_H11Framing`)
+(:class:`~.._stream.pipeline.BodyFeed`: in the consumer's thread, or on the shared
+reader when many bodies are open), whose framing here (:class:`_H11Framing`)
 gives each read's bytes to the connection's own h11 state (public h11 API:
 ``receive_data``, then ``next_event`` until ``NEED_DATA``; the bytes that came
 with the headers are already in h11's buffer, so h11 sees the whole body in
@@ -17,7 +18,7 @@ thread of :func:`~.sse.event_source` hands httpx. Any other shape (HTTP/2, TLS i
 backend, a compressed body) keeps the reader thread per stream.
 
 A body that ends cleanly (``EndOfMessage``) leaves h11 ``DONE``, as httpcore's
-own reads would: the shared reader gives the socket its timeout back and closes
+own reads would: the body reader gives the socket its timeout back and closes
 the response, and httpcore pools the connection (a keep-alive one) before the
 consumer sees the end. Every other end never pools: a stream stopped (idle
 limit, budget, ``close()`` before the end), shut from outside by the budget's
@@ -27,15 +28,16 @@ shutdown can reach a pooled socket), failed, or cut marks h11's side as failed
 h11 is touched under one lock, never after that mark, so the consumer's close
 and the reader's reads never use it at once.
 
-A ``makefile()`` reference keeps the socket's descriptor open until the shared
-reader has let it go, so that a close from another thread (the caller's, or
-``client.close()``) never takes the descriptor from under the selector; a
-stream whose client was closed raises httpx's ``ReadError`` at its next read.
+A ``makefile()`` reference keeps the socket's descriptor open until the body
+has let it go, so that a close from another thread (the caller's, or
+``client.close()``) never takes the descriptor from under a read; a stream
+whose client was closed raises httpx's ``ReadError`` at its next read.
 httpcore's ``response_closed`` trace runs on the thread that closes the
-response first: the shared reader when the body ends or fails, else the caller.
+response first: the body's reader when the body ends or fails, else the caller.
 
 On timeout or cancel: the stream's idle limit, the budget's end and ``close()``
-shut the socket from outside; the shared reader sees the end and lets it go.
+shut the socket from outside, which ends a read in progress; the body then
+lets the connection go.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def fed_events(
     shutter: Shutter,
     limits: StreamLimits,
 ) -> Optional[Tuple[GuardedStream[bytes], Callable[[], None]]]:
-    """The guarded events of ``response``'s body read by the shared reader, and a function
+    """The guarded events of ``response``'s body, read by the body reader, and a function
     that closes the connection (idempotent); ``None`` when the response is of another shape
     or its body is compressed (no ``framer``: it cannot be framed before httpx decodes it).
 

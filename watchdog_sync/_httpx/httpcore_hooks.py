@@ -10,7 +10,7 @@ which means a ``SyncBackend``. So:
   (:func:`bound_pool`; ``transport._pool`` and ``pool._network_backend`` are the
   two private names). Each stream that backend opens carries the hooks as
   instance attributes (``read``, ``write``, ``start_tls``), so it stays
-  httpcore's own ``SyncStream``, the one shape the shared reader of event
+  httpcore's own ``SyncStream``, the one shape the body reader of event
   streams takes (``feed.py``). A pool with another backend is left alone.
 * :func:`instrument` patches the classes instead (:func:`class_patches`:
   ``SyncBackend.connect_tcp``, ``connect_unix_socket``, ``sleep``;

@@ -41,7 +41,7 @@ from .._core.errors import Cancelled, WatchdogError
 
 _log = logging.getLogger("watchdog_sync")
 
-__all__ = ["SHARED_READER_THREAD_NAME", "TURN_BYTES", "Feed", "add", "kick"]
+__all__ = ["SHARED_READER_THREAD_NAME", "TURN_BYTES", "Feed", "add", "call_soon", "kick"]
 
 SHARED_READER_THREAD_NAME = "watchdog_sync-shared-reader"
 
@@ -86,6 +86,7 @@ class _Reader:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._ops: Deque[Tuple[str, Feed]] = collections.deque()  # appended anywhere, popped here
+        self._calls: Deque[Callable[[], None]] = collections.deque()  # the same, run here
         self._feeds: Set[Feed] = set()
         self._ready: Set[Feed] = set()
         self._thread = threading.Thread(
@@ -95,8 +96,26 @@ class _Reader:
     def post(self, op: str, feed: Feed) -> None:
         """From any thread (``deque.append`` needs no lock): queue ``op`` and wake the reader."""
         self._ops.append((op, feed))
+        self._wake()
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """From any thread: run ``fn`` on the reader's thread at its next turn."""
+        self._calls.append(fn)
+        self._wake()
+
+    def _wake(self) -> None:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
+
+    def _run_calls(self) -> None:
+        while self._calls:  # only this thread pops
+            fn = self._calls.popleft()
+            try:
+                fn()
+            except Exception:
+                _log.exception(
+                    "watchdog_sync: ending a stream on the shared reader raised; ignored"
+                )
 
     def _run(self) -> None:
         try:
@@ -119,6 +138,8 @@ class _Reader:
             op, feed = self._ops.popleft()
             if op == "add":
                 held.add(feed)
+        with contextlib.suppress(BaseException):  # the ends it was given: run them here
+            self._run_calls()
         _log.error(
             "watchdog_sync: the shared stream reader stopped (%s); the %d streams it held "
             "end now and the next stream starts a fresh reader",
@@ -145,7 +166,7 @@ class _Reader:
         if not self._feeds and not self._ready:
             self._selector.select(_LINGER)  # a new stream's wake-up ends this early
             with _lock:
-                if not self._ops:
+                if not self._ops and not self._calls:
                     if _reader is self:
                         _reader = None
                     return False
@@ -166,6 +187,7 @@ class _Reader:
             elif feed in self._feeds and feed.paused:
                 feed.paused = False
                 self._ready.add(feed)
+        self._run_calls()
         ready, self._ready = self._ready, set()
         for feed in ready:
             if feed in self._feeds:
@@ -256,13 +278,25 @@ _reader: Optional[_Reader] = None
 
 def add(feed: Feed) -> None:
     """Watch ``feed``'s socket (already non-blocking) on the shared reader."""
-    global _reader
     with _lock:
-        reader = _reader
-        if reader is None:
-            reader = _reader = _Reader()
-            reader._thread.start()
-        reader.post("add", feed)
+        _running().post("add", feed)
+
+
+def call_soon(fn: Callable[[], None]) -> None:
+    """Run ``fn`` on the shared reader's thread, soon: a stopped body's end (its connection
+    let go) off the thread that stopped it, which raises at once."""
+    with _lock:
+        _running().call(fn)
+
+
+def _running() -> _Reader:
+    """With ``_lock`` held: the current reader, started if there is none."""
+    global _reader
+    reader = _reader
+    if reader is None:
+        reader = _reader = _Reader()
+        reader._thread.start()
+    return reader
 
 
 def kick(feed: Feed) -> None:

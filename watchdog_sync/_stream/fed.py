@@ -12,12 +12,13 @@ it, taking a batch out resumes it. Either way :meth:`fed_end` records the end.
 
 On timeout or cancel ``on_timeout`` shuts the socket from outside, which ends a
 read in progress; an attached body is then ended by that read or, when none is
-in progress, by whoever stopped the stream (or saw its budget end).
+in progress, on the shared reader's thread (so that the thread stopping it goes on).
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import math
 from typing import Any, Callable, List, Optional, Protocol, TypeVar
 
@@ -25,6 +26,7 @@ from .._core import events as _events
 from .._core.budget import Budget
 from .._core.clock import MONOTONIC, Clock
 from .._core.errors import Cancelled
+from . import engine
 from .channel import DEFAULT_MAX_BUFFERED, Channel
 from .limits import StreamLimits
 from .stream import GuardedStream, started
@@ -178,16 +180,17 @@ class FedChannel(Channel[T]):
         self._let_go()  # the connection ends at the budget's end, not when the consumer is back
 
     def _let_go(self) -> None:
-        """A stopped stream's body (or one whose budget ended) ends here, unless its consumer
-        is reading it: then the read, woken by the shutdown, ends it."""
+        """A stopped stream's body (or one whose budget ended) is ended, unless its consumer
+        is reading it: then the read, woken by the shutdown, ends it. The end (the
+        connection closed) runs on the shared reader's thread, so that the thread stopping
+        the stream (a consumer raising its idle timeout, the watchdog) goes on at once."""
         with self._lock:
             if self._reading or self._body is None:
                 return
             if not (self._stopping or any(budget.ended for budget in self._budgets)):
                 return
             body, self._body = self._body, None
-        if body is not None:
-            body.end(None, False)
+        engine.call_soon(functools.partial(body.end, None, False))
 
 
 def fed_stream(

@@ -2,7 +2,7 @@
 
 sseclient-py parses an event by joining each ``data:`` line onto the event's
 text (``+=``): quadratic in the line count, so one 8 MiB event of a million
-short lines held the shared reader for most of a minute. :func:`parse_events`
+short lines held its reader for most of a minute. :func:`parse_events`
 gives the same ``sseclient.Event`` objects (same fields, same UTF-8 error) from
 events the framer already split and bounded, assembling the data with one join:
 

@@ -28,8 +28,8 @@ and idle limits end it.
 On timeout or cancel: the stream's ``on_timeout`` shuts the socket from
 outside, which ends a read in progress at once (:meth:`BodyFeed.kick` makes a
 socket the shared reader paused watched again, so the shutdown is seen); the
-body is then ended by that read, or by whoever stopped the stream when no read
-is in progress.
+body is then ended by that read or, when no read is in progress, on the shared
+reader's thread.
 """
 
 from __future__ import annotations

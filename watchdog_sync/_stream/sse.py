@@ -1,10 +1,10 @@
 """stream_sse: Server-Sent Events over a hard-bounded Session, guarded by the idle watchdog.
 
 The request runs in the consumer's thread at its first ``next()``; after the
-headers, the socket goes to the one shared reader (``engine.py``), which
-reads every stream's socket without blocking, decodes, frames and parses the
-events and hands each stream its own (``sse_feed.py``): the consumer only
-receives finished ``sseclient.Event`` objects. Only events with data count as
+headers, the consumer's thread reads the socket itself, each read bounded by
+its wait (with more than 128 bodies open, the one shared reader, ``engine.py``,
+reads them all), and decodes, frames and parses the events (``sse_feed.py``,
+``pipeline.py``): the consumer only receives finished ``sseclient.Event`` objects. Only events with data count as
 activity; SSE comments (``: keep-alive``) and data-less events do not, so a
 gateway that only pings still times out.
 """
@@ -45,7 +45,7 @@ class SSEStream:
 
     Iterate it (or call ``next``) for ``sseclient.Event`` objects; use it as a
     context manager or call :meth:`close` to stop early (the connection is shut
-    and the shared reader lets it go). ``status`` and ``headers`` are set once the
+    and let go). ``status`` and ``headers`` are set once the
     response headers arrived; ``truncated`` is true when the stream ended in the
     middle of an event (that half event is not delivered); ``headers_at`` is the
     ``time.monotonic()`` at which the response headers arrived.
@@ -92,7 +92,7 @@ class SSEStream:
             raise
 
     def close(self) -> None:
-        """Stop the stream: shut the connection; the shared reader lets it go."""
+        """Stop the stream: shut the connection and let it go."""
         if self._guarded is not None:
             self._guarded.close()
         self._end(None, "closed")

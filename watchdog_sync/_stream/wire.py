@@ -1,7 +1,8 @@
 """The stream rules, written once: what is activity, what ends a stream, what an error event says.
 
 Every guarded event stream (``stream_sse``, ``ChatClient``, the httpx
-transport's streams, on the shared reader or on a reader thread) reads its
+transport's streams, in the consumer's thread, on the shared reader or on a reader
+thread) reads its
 whole events through this module, so the rules cannot drift apart:
 
 - **Activity.** An event is activity when it carries data and is not an
