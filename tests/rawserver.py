@@ -165,6 +165,24 @@ def wait_for_disconnect(conn: socket.socket, stop: threading.Event, limit: float
     return False
 
 
+def three_events_until_disconnect(gone: List[bool]) -> Handler:
+    """A handler: headers, three events, then ``gone.append(True)`` once the client closes
+    (also when it closes while the events go out), ``False`` if it never does."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        try:
+            for n in range(3):
+                send_body_piece(conn, event(n))
+        except OSError:  # the client took one event and closed while these went out
+            gone.append(True)
+            return
+        gone.append(wait_for_disconnect(conn, stop))
+
+    return handler
+
+
 class Answer:
     """Answers every request on a connection with ``reply(path)``; counts the requests and
     keeps their heads."""

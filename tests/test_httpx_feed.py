@@ -35,6 +35,7 @@ from .rawserver import (
     read_request_head,
     send_body_piece,
     send_sse_head,
+    three_events_until_disconnect,
     wait_for_disconnect,
 )
 from .waiting import wait_for
@@ -237,18 +238,7 @@ def test_a_response_dropped_without_close_releases_its_connection(
     """``break`` and drop the response: collected, its stream stops, the connection closes."""
     gone: List[bool] = []
 
-    def handler(conn: socket.socket, stop: threading.Event) -> None:
-        read_request_head(conn)
-        send_sse_head(conn)
-        try:
-            for n in range(3):
-                send_body_piece(conn, event(n))
-        except OSError:  # the client took one event and closed while these went out
-            gone.append(True)
-            return
-        gone.append(wait_for_disconnect(conn, stop))
-
-    with RawServer(handler) as server:
+    with RawServer(three_events_until_disconnect(gone)) as server:
         response = client.send(client.build_request("GET", server.url), stream=True)
         for _ in response.iter_bytes():
             break

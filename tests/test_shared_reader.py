@@ -39,6 +39,7 @@ from .rawserver import (
     read_request_head,
     send_body_piece,
     send_sse_head,
+    three_events_until_disconnect,
     wait_for_disconnect,
 )
 from .waiting import wait_for
@@ -223,21 +224,10 @@ def test_a_socket_closed_from_outside_ends_its_stream_and_frees_its_number_for_t
 
 
 def test_a_consumer_that_breaks_releases_the_connection() -> None:
-    """``break`` and drop the stream: the connection is shut, the shared reader lets go."""
+    """``break`` and drop the stream: the connection is shut and let go."""
     gone: List[bool] = []
 
-    def handler(conn: socket.socket, stop: threading.Event) -> None:
-        read_request_head(conn)
-        send_sse_head(conn)
-        try:
-            for n in range(3):
-                send_body_piece(conn, event(n))
-        except OSError:  # the client took one event and closed while these went out
-            gone.append(True)
-            return
-        gone.append(wait_for_disconnect(conn, stop))
-
-    with RawServer(handler) as server:
+    with RawServer(three_events_until_disconnect(gone)) as server:
         for _ in stream_sse(server.url, idle_timeout=5):
             break
         gc.collect()

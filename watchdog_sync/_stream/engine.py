@@ -96,14 +96,11 @@ class _Reader:
     def post(self, op: str, feed: Feed) -> None:
         """From any thread (``deque.append`` needs no lock): queue ``op`` and wake the reader."""
         self._ops.append((op, feed))
-        self._wake()
+        self.wake()
 
-    def call(self, fn: Callable[[], None]) -> None:
-        """From any thread: run ``fn`` on the reader's thread at its next turn."""
-        self._calls.append(fn)
-        self._wake()
-
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """From any thread: end the reader's wait (a ``send``, which lets the GIL go: never
+        while holding ``_lock``, or threads stopping streams together queue on it)."""
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
 
@@ -278,15 +275,19 @@ _reader: Optional[_Reader] = None
 
 def add(feed: Feed) -> None:
     """Watch ``feed``'s socket (already non-blocking) on the shared reader."""
-    with _lock:
-        _running().post("add", feed)
+    with _lock:  # queued under the lock: a reader on its way out sees it and stays
+        reader = _running()
+        reader._ops.append(("add", feed))
+    reader.wake()
 
 
 def call_soon(fn: Callable[[], None]) -> None:
     """Run ``fn`` on the shared reader's thread, soon: a stopped body's end (its connection
     let go) off the thread that stopped it, which raises at once."""
     with _lock:
-        _running().call(fn)
+        reader = _running()
+        reader._calls.append(fn)
+    reader.wake()
 
 
 def _running() -> _Reader:

@@ -105,6 +105,16 @@ class FedChannel(Channel[T]):
             self._body = None
             return True
 
+    def stopped_while_read(self) -> bool:
+        """From the body, when its socket ended during the consumer's read: True when the
+        stream was stopped or its budget ended (our own shutdown, then); the body is no
+        longer the consumer's, and the caller ends it off the consumer's thread."""
+        with self._lock:
+            if not (self._stopping or self._budget_ended or self._budget_over()):
+                return False
+            self._body = None
+            return True
+
     def set_resume(self, resume: Optional[Callable[[], None]]) -> None:
         self._resume = resume
 
@@ -179,6 +189,9 @@ class FedChannel(Channel[T]):
         super()._on_budget_done(budget)  # shuts the socket, if a read may be in progress
         self._let_go()  # the connection ends at the budget's end, not when the consumer is back
 
+    def _budget_over(self) -> bool:
+        return any(budget.ended for budget in self._budgets)
+
     def _let_go(self) -> None:
         """A stopped stream's body (or one whose budget ended) is ended, unless its consumer
         is reading it: then the read, woken by the shutdown, ends it. The end (the
@@ -187,7 +200,7 @@ class FedChannel(Channel[T]):
         with self._lock:
             if self._reading or self._body is None:
                 return
-            if not (self._stopping or any(budget.ended for budget in self._budgets)):
+            if not (self._stopping or self._budget_over()):
                 return
             body, self._body = self._body, None
         engine.call_soon(functools.partial(body.end, None, False))

@@ -34,6 +34,7 @@ reader's thread.
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import ssl
@@ -182,10 +183,10 @@ class BodyFeed(Generic[T]):
         except _WOULD_BLOCK:  # TLS: not a whole record yet
             return []
         except OSError as exc:
-            self.end(exc, False)
+            self._socket_ended(exc, False)
             return []
         if not data:
-            self.end(None, True)
+            self._socket_ended(None, True)
             return []
         try:
             # Not checked for a stop first: the channel looks at that before it delivers.
@@ -203,6 +204,16 @@ class BodyFeed(Generic[T]):
                 self._to_reader()
             return []
         return items
+
+    def _socket_ended(self, error: Optional[BaseException], eof: bool) -> None:
+        """In the consumer's read: the socket ended. Shut by a stop or the budget's end, the
+        body is ended on the shared reader's thread (the consumer raises at once); else
+        here, so that the consumer sees how it ended."""
+        channel = self._channel
+        if channel is not None and channel.stopped_while_read():
+            engine.call_soon(functools.partial(self.end, error, eof))
+        else:
+            self.end(error, eof)
 
     def _to_reader(self) -> None:
         channel = self._channel
