@@ -35,6 +35,7 @@ reader's thread.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import select
 import ssl
@@ -170,12 +171,13 @@ class BodyFeed(Generic[T]):
         try:
             # One system call to wait (it lets the GIL go once; a settimeout() before each
             # recv() would add one more), unless TLS holds decrypted bytes already. poll()
-            # counts whole milliseconds, rounded down so that it never waits past the limit;
-            # the last fraction of one is waited with select(), to the microsecond.
+            # counts whole milliseconds, rounded up: a limit ends within one past it, with
+            # one wake-up (a wait to the microsecond would take two, which costs more when
+            # many streams' limits end together).
             if not (self._tls and sock.pending()):
                 poll = self._poll
-                if poll is not None and (timeout is None or timeout >= 0.001):
-                    if not poll(None if timeout is None else int(timeout * 1e3)):
+                if poll is not None:
+                    if not poll(None if timeout is None else math.ceil(timeout * 1e3)):
                         return []
                 elif not select.select([sock], [], [], timeout)[0]:
                     return []
