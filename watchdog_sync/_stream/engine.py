@@ -135,8 +135,6 @@ class _Reader:
             op, feed = self._ops.popleft()
             if op == "add":
                 held.add(feed)
-        with contextlib.suppress(BaseException):  # the ends it was given: run them here
-            self._run_calls()
         _log.error(
             "watchdog_sync: the shared stream reader stopped (%s); the %d streams it held "
             "end now and the next stream starts a fresh reader",
@@ -157,6 +155,7 @@ class _Reader:
                 feed.end(error, False)
             except BaseException:  # one stream's end must not keep the others from theirs
                 _log.debug("watchdog_sync: ending a stream after the reader stopped raised")
+        self._run_calls()  # the ends it was given, here: nobody else will run them
 
     def _turn(self) -> bool:
         global _reader

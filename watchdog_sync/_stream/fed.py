@@ -110,7 +110,7 @@ class FedChannel(Channel[T]):
         stream was stopped or its budget ended (our own shutdown, then); the body is no
         longer the consumer's, and the caller ends it off the consumer's thread."""
         with self._lock:
-            if not (self._stopping or self._budget_ended or self._budget_over()):
+            if not self._ending():
                 return False
             self._body = None
             return True
@@ -189,8 +189,9 @@ class FedChannel(Channel[T]):
         super()._on_budget_done(budget)  # shuts the socket, if a read may be in progress
         self._let_go()  # the connection ends at the budget's end, not when the consumer is back
 
-    def _budget_over(self) -> bool:
-        return any(budget.ended for budget in self._budgets)
+    def _ending(self) -> bool:
+        """With ``_lock`` held: the stream was stopped, or a budget it watches ended."""
+        return self._stopping or any(budget.ended for budget in self._budgets)
 
     def _let_go(self) -> None:
         """A stopped stream's body (or one whose budget ended) is ended, unless its consumer
@@ -200,7 +201,7 @@ class FedChannel(Channel[T]):
         with self._lock:
             if self._reading or self._body is None:
                 return
-            if not (self._stopping or self._budget_over()):
+            if not self._ending():
                 return
             body, self._body = self._body, None
         engine.call_soon(functools.partial(body.end, None, False))

@@ -42,7 +42,7 @@ import ssl
 import threading
 from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, TypeVar
 
-from .._core.errors import Cancelled
+from .._core.errors import Cancelled, StreamProtocolError
 from . import engine
 from .fed import FedChannel
 from .framing import EventFramer
@@ -247,15 +247,16 @@ class BodyFeed(Generic[T]):
             return []
         events, failure = self._gate.pass_on(self._framer.feed(payload))
         items = self._parse(events) if events else []
-        try:
-            if failure is not None:
-                raise failure  # an error event
-            self._framer.check()  # an event past the size limit
-        except BaseException:  # only these two raise here
+        if failure is None:  # else an error event
+            try:
+                self._framer.check()
+            except StreamProtocolError as exc:  # an event past the size limit
+                failure = exc
+        if failure is not None:
             if items:  # the events before it go first
                 assert self._channel is not None
                 self._channel.offer(items)
-            raise
+            raise failure
         return items
 
     def end(self, error: Optional[BaseException], eof: bool) -> None:
