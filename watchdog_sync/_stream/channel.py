@@ -45,6 +45,7 @@ DEFAULT_MAX_BUFFERED = 1024
 _JOIN_SECONDS = 1.0
 _NOTHING: Dict[object, Any] = {}
 _PASS = _NOTHING.get  # _PASS(slot, item) -> item, in C: lets map() pair gate slots with items
+_USED_UP: Iterator[Any] = iter(())
 
 _log = logging.getLogger("watchdog_sync")
 
@@ -223,10 +224,17 @@ class Channel(Generic[T]):
         Raises the source's error, :class:`StreamIdleTimeout`, or ``Cancelled``
         (converted when the explicit budget owns it).
         """
-        before, batch, _ = self._current  # the chain only asks once the batch is used up
-        self._taken = before + len(batch)
-        self._current = (self._taken, [], iter(()))
-        wait_from: Optional[float] = None
+        self._begin_batch()
+        return self._batch_after(None)
+
+    def _begin_batch(self) -> None:
+        """The previous batch is used up (the chain only asks then): count it as taken."""
+        before, batch, _ = self._current
+        self._taken = taken = before + len(batch)
+        self._current = (taken, [], _USED_UP)
+
+    def _batch_after(self, wait_from: Optional[float]) -> Optional[Iterator[T]]:
+        """:meth:`next_batch`'s wait, the idle wait counted from ``wait_from`` if given."""
         while True:
             outcome, wait_from = self._poll(wait_from)
             if outcome is not None:
@@ -242,21 +250,22 @@ class Channel(Generic[T]):
             if wait_from is not None and self._idle_left(wait_from, self._now()) <= 0:
                 self._end_by_idle(wait_from)
 
+    def _ended(self, now: float) -> bool:
+        """The stream was stopped, or a budget it watches ended (at ``now``, its clock's)."""
+        if self._stopping or self._budget_ended or now >= self._deadline:
+            return True
+        for budget in self._budgets:
+            if budget.cancelled:
+                return True
+        return bool(self._other_clocks) and any(budget.ended for budget in self._other_clocks)
+
     def _poll(self, wait_from: Optional[float]) -> Tuple[Optional[Iterator[T]], Optional[float]]:
         """Take the buffered batch, waiting while it is empty; ``None`` when something ended."""
         with self._lock:
             while True:
-                if self._stopping or self._budget_ended:
-                    return None, wait_from
                 now = self._now()
-                if now >= self._deadline:
+                if self._ended(now):
                     return None, wait_from
-                for budget in self._budgets:
-                    if budget.cancelled:
-                        return None, wait_from
-                for budget in self._other_clocks:
-                    if budget.ended:
-                        return None, wait_from
                 buf = self._buf
                 count = len(buf)
                 if count:

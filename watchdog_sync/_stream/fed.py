@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import math
-from typing import Any, Callable, List, Optional, Protocol, TypeVar
+from typing import Any, Callable, Iterator, List, Optional, Protocol, Tuple, TypeVar
 
 from .._core import events as _events
 from .._core.budget import Budget
@@ -67,22 +67,58 @@ class FedChannel(Channel[T]):
             self._unregister.append(budget.on_done(self._on_budget_done))
 
     def next_batch(self):  # type: ignore[no-untyped-def]
-        opener, self._opener = self._opener, None
-        if opener is not None:
-            # The request goes out now: the first-event limit and the lifetime count from here,
-            # as they did when a reader thread sent it at once.
-            self._created = self._now()
-            try:
-                opener(self)
-            except OpenTimedOut:
-                pass  # the idle check below reports it
-            except (Exception, Cancelled) as exc:
-                self.fed_end(exc, completed=False)
+        if self._opener is not None:
+            self._open()
         try:
-            return super().next_batch()
+            self._begin_batch()
+            body = self._body
+            if body is None or self._buf or self._first_at is None:
+                return self._batch_after(None)
+            batch, wait_from = self._pulled(body)
+            return batch if batch is not None else self._batch_after(wait_from)
         finally:
             if self._stopping:  # a read that returned as the stream was stopped left the body
                 self._let_go()
+
+    def _open(self) -> None:
+        """The first ``next()``: the request goes out now, so the first-event limit and the
+        lifetime count from here, as they did when a reader thread sent it at once."""
+        opener, self._opener = self._opener, None
+        assert opener is not None
+        self._created = self._now()
+        try:
+            opener(self)
+        except OpenTimedOut:
+            pass  # the channel's idle check reports it
+        except (Exception, Cancelled) as exc:
+            self.fed_end(exc, completed=False)
+
+    def _pulled(self, body: Body) -> Tuple[Optional[Iterator[T]], Optional[float]]:
+        """The common step of a consumer reading its own body: one read, its items the batch.
+
+        ``(None, wait_from)`` when it got none, or something ended: the channel's wait
+        decides then, its idle wait counted from ``wait_from``.
+        """
+        now = self._now()
+        timeout = min(self._idle_left(now, now), self._deadline - now)  # <= 0: at the deadline
+        with self._lock:
+            if timeout <= 0 or self._stopping or self._budget_ended or self._body is not body:
+                return None, None
+            self._reading = True
+        items: List[T] = []
+        try:
+            items = body.pull(None if timeout == math.inf else timeout)
+        finally:
+            with self._lock:
+                self._reading = False
+                delivered = bool(items) and not self._ended(self._now())
+                if not delivered:
+                    self._buf.extend(items)  # for the channel's wait: it delivers or drops them
+        if not delivered:
+            return None, now
+        batch = iter(items)
+        self._current = (self._taken, items, batch)
+        return batch, now
 
     def first_item_left(self) -> Optional[float]:
         """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
@@ -110,7 +146,7 @@ class FedChannel(Channel[T]):
         stream was stopped or its budget ended (our own shutdown, then); the body is no
         longer the consumer's, and the caller ends it off the consumer's thread."""
         with self._lock:
-            if not self._ending():
+            if not self._ended(self._now()):
                 return False
             self._body = None
             return True
@@ -189,10 +225,6 @@ class FedChannel(Channel[T]):
         super()._on_budget_done(budget)  # shuts the socket, if a read may be in progress
         self._let_go()  # the connection ends at the budget's end, not when the consumer is back
 
-    def _ending(self) -> bool:
-        """With ``_lock`` held: the stream was stopped, or a budget it watches ended."""
-        return self._stopping or any(budget.ended for budget in self._budgets)
-
     def _let_go(self) -> None:
         """A stopped stream's body (or one whose budget ended) is ended, unless its consumer
         is reading it: then the read, woken by the shutdown, ends it. The end (the
@@ -201,7 +233,7 @@ class FedChannel(Channel[T]):
         with self._lock:
             if self._reading or self._body is None:
                 return
-            if not self._ending():
+            if not self._ended(self._now()):
                 return
             body, self._body = self._body, None
         engine.call_soon(functools.partial(body.end, None, False))

@@ -127,7 +127,10 @@ class BodyFeed(Generic[T]):
         self._sock = sock
         self._framing = framing
         self._framer = framer
-        self._gate = Gate(framer.limit, active)
+        # Bound once: each read calls them in turn.
+        self._payload = framing.payload
+        self._frame = framer.feed
+        self._pass_on = Gate(framer.limit, active).pass_on
         self._parse = parse
         self._tls = isinstance(sock, ssl.SSLSocket)
         self._poll = _poller(sock)
@@ -242,10 +245,10 @@ class BodyFeed(Generic[T]):
     def _items(self, data: Optional[bytes]) -> List[T]:
         """The items of one read's bytes. An error event or an event past the size limit
         raises, after the items before it were offered."""
-        payload = self._framing.payload(data)
+        payload = self._payload(data)
         if not payload:
             return []
-        events, failure = self._gate.pass_on(self._framer.feed(payload))
+        events, failure = self._pass_on(self._frame(payload))
         items = self._parse(events) if events else []
         if failure is None:  # else an error event
             try:
