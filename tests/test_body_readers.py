@@ -1,5 +1,6 @@
-"""Who reads a socket-backed stream's body: its consumer, up to SHARED_FROM open bodies, then
-the shared reader (stream_sse here; httpx_client()'s streams use the same BodyFeed)."""
+"""Who reads a socket-backed stream's body: its consumer, until the process is busy (past
+SHARED_FROM open bodies, or BUSY_FROM open with consumers falling behind), then the shared
+reader (stream_sse here; httpx_client()'s streams use the same BodyFeed)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,94 @@ def test_past_shared_from_open_bodies_every_stream_moves_to_the_shared_reader(
     assert SHARED_READER_THREAD_NAME not in alone and shared.count(SHARED_READER_THREAD_NAME) == 1
     assert len(readers) == 4 and len(pulled) == 2  # the first two began in their consumers
     assert all(names[-1] == SHARED_READER_THREAD_NAME for names in readers.values())
+
+
+class Lockstep:
+    """A server handler sending ``rounds`` pieces of ``per_piece`` events each, piece k once
+    the test released round k: every read a consumer makes finds a whole piece waiting."""
+
+    def __init__(self, rounds: int, per_piece: int) -> None:
+        self.per_piece = per_piece
+        self.released = [threading.Event() for _ in range(rounds)]
+        self.released[0].set()
+
+    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        for k, released in enumerate(self.released):
+            if not released.wait(5):
+                return
+            first = k * self.per_piece
+            send_body_piece(conn, b"".join(event(n) for n in range(first, first + self.per_piece)))
+        end_body(conn)
+
+    def run(self, streams: List[Any]) -> List[List[int]]:
+        """Take each round's events from every stream, then release the next round."""
+        got: List[List[int]] = [[] for _ in streams]
+        for k in range(len(self.released)):
+            for taken, stream in zip(got, streams):
+                taken += numbers([next(stream) for _ in range(self.per_piece)])
+            if k + 1 < len(self.released):
+                self.released[k + 1].set()
+        for taken, stream in zip(got, streams):
+            taken += numbers(stream)  # nothing more: the body's end
+        return got
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Dict[str, Dict[int, List[str]]]:
+    """Per body, the threads its reads were made on: ``pulled`` by its consumer, ``taken`` by
+    the shared reader (or, in the consumer's thread, with the headers)."""
+    record: Dict[str, Dict[int, List[str]]] = {"pulled": {}, "taken": {}}
+    take, pull = pipeline_module.BodyFeed.take, pipeline_module.BodyFeed.pull
+
+    def recorded_take(body: Any, data: Optional[bytes]) -> bool:
+        record["taken"].setdefault(id(body), []).append(threading.current_thread().name)
+        return take(body, data)
+
+    def recorded_pull(body: Any, timeout: Optional[float]) -> List[Any]:
+        record["pulled"].setdefault(id(body), []).append(threading.current_thread().name)
+        return pull(body, timeout)
+
+    monkeypatch.setattr(pipeline_module.BodyFeed, "take", recorded_take)
+    monkeypatch.setattr(pipeline_module.BodyFeed, "pull", recorded_pull)
+    monkeypatch.setattr(pipeline_module, "BUSY_FROM", 2)
+    monkeypatch.setattr(pipeline_module, "BUSY_WINDOW", 4)
+    return record
+
+
+def test_consumers_falling_behind_hand_their_bodies_to_the_shared_reader(
+    reads: Dict[str, Dict[int, List[str]]],
+) -> None:
+    """With BUSY_FROM bodies open, consumers whose reads keep finding more than one event
+    waiting (the sign of a busy process) hand their bodies to the shared reader: after a
+    window of such reads each moves at its next read, in order, nothing lost."""
+    server_rounds = Lockstep(rounds=8, per_piece=3)
+    with RawServer(server_rounds, max_connections=2) as server:
+        streams = [stream_sse(server.url, idle_timeout=5) for _ in range(2)]
+        got = server_rounds.run(streams)
+    assert got == [list(range(24))] * 2
+    assert len(reads["pulled"]) == 2  # both began in their consumers
+    last_reads = [names[-1] for names in reads["taken"].values()]
+    assert last_reads == [SHARED_READER_THREAD_NAME] * 2
+
+
+def test_a_body_alone_stays_with_its_consumer_however_far_behind_and_busy_ends_with_the_bodies(
+    reads: Dict[str, Dict[int, List[str]]],
+) -> None:
+    """Fewer than BUSY_FROM bodies open: reads finding many events waiting move nothing. And
+    once the bodies that made the process busy have ended, a new body is its consumer's."""
+    busy = Lockstep(rounds=8, per_piece=3)
+    with RawServer(busy, max_connections=2) as server:
+        assert (
+            busy.run([stream_sse(server.url, idle_timeout=5) for _ in range(2)])
+            == [list(range(24))] * 2
+        )
+    assert any(SHARED_READER_THREAD_NAME in names for names in reads["taken"].values())
+    reads["pulled"].clear()
+    reads["taken"].clear()
+    alone = Lockstep(rounds=8, per_piece=3)
+    with RawServer(alone, max_connections=1) as server:
+        assert alone.run([stream_sse(server.url, idle_timeout=5)]) == [list(range(24))]
+    assert len(reads["pulled"]) == 1 and len(next(iter(reads["pulled"].values()))) >= 7
+    assert all(SHARED_READER_THREAD_NAME not in names for names in reads["taken"].values())

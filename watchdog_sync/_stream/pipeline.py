@@ -11,14 +11,15 @@ gets them. What differs between the two HTTP stacks is only the
 connection is let go.
 
 Who reads: the consumer's own thread takes the bytes that came with the
-headers, and then, with up to :data:`SHARED_FROM` bodies open in the process,
-goes on reading its socket itself: each time it finds its buffer empty, one
-read whose wait is what its own wait may last (``min(idle limit left, budget
-left)``), so an event reaches it as soon as the plain loop's would, with no
-second thread woken. With more bodies open, each body moves (at its next read)
-to the shared reader (:mod:`.engine`), whose one thread batches the reads of
-many sockets: cheaper than that many threads each woken per event, once the
-process is busy. A body never moves back.
+headers, and then, unless the process is busy, goes on reading its socket
+itself: each time it finds its buffer empty, one read whose wait is what its
+own wait may last (``min(idle limit left, budget left)``), so an event reaches
+it as soon as the plain loop's would, with no second thread woken. Once the
+process is busy (more than :data:`SHARED_FROM` bodies open, or :data:`BUSY_FROM`
+open while consumers' reads keep finding more than one event waiting), each
+body moves (at its next read) to the shared reader (:mod:`.engine`), whose one
+thread batches the reads of many sockets: cheaper than that many threads each
+woken per event. A body never moves back.
 
 Isolation: read by its consumer, a stream's bytes cost only that consumer; on
 the shared reader, each stream's turn is bounded (:data:`~.engine.TURN_BYTES`).
@@ -53,18 +54,34 @@ __all__ = ["READ_SIZE", "BodyFeed", "Framing"]
 T = TypeVar("T")
 
 READ_SIZE = 65536  # the most one read takes: what a read's events can add to the buffer
-# With more bodies open than this, the shared reader reads them all: one thread batching many
-# sockets' reads costs less than that many threads woken per event.
+# Who reads: with more bodies open than SHARED_FROM, or with BUSY_FROM open while consumers fall
+# behind their streams, the shared reader reads them all: one thread batching many sockets'
+# reads costs less than that many threads woken per event, once the process is busy.
 SHARED_FROM = 128
+BUSY_FROM = 32
+BUSY_WINDOW = 512  # consumers' reads judged at a time
+BEHIND_SHARE = 8  # behind: at least one read in this many found more than one item waiting
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _open_lock = threading.Lock()
 _open = 0  # bodies open now (started, not ended)
-_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+# The current window's consumer reads, and those that found more than one item: a heuristic,
+# counted without a lock (a lost count on a free-threaded build only delays a judgement).
+_reads = 0
+_behind = 0
+_busy = False  # consumers fell behind in the last window; until fewer than BUSY_FROM are open
 
 
 def _after_fork_in_child() -> None:
-    global _open_lock, _open
+    global _open_lock, _open, _reads, _behind, _busy
     _open_lock = threading.Lock()
-    _open = 0  # the parent's bodies are not this process's
+    _open = _reads = _behind = 0  # the parent's bodies are not this process's
+    _busy = False
+
+
+def _judge_window() -> None:
+    global _reads, _behind, _busy
+    _busy = _open >= BUSY_FROM and _behind * BEHIND_SHARE >= _reads
+    _reads = _behind = 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -159,7 +176,7 @@ class BodyFeed(Generic[T]):
         with _open_lock:
             _open += 1
             self._counted = True
-            crowded = _open > SHARED_FROM
+            crowded = _busy or _open > SHARED_FROM
         if crowded:
             self._to_reader()
         else:
@@ -168,8 +185,8 @@ class BodyFeed(Generic[T]):
     def pull(self, timeout: Optional[float]) -> List[T]:
         """In the consumer's thread: one read of the (non-blocking) socket, waiting at most
         ``timeout`` seconds (``None``: no limit); returns its items. The body ends here when
-        the socket does. Once more than :data:`SHARED_FROM` bodies are open, the shared
-        reader reads this one from then on."""
+        the socket does. Once the process is busy, the shared reader reads this one from
+        then on."""
         sock = self._sock
         try:
             # One system call to wait (it lets the GIL go once; a settimeout() before each
@@ -199,7 +216,13 @@ class BodyFeed(Generic[T]):
         except (Exception, Cancelled) as exc:  # decoding, framing: its error
             self.end(exc, False)
             return []
-        if self._framing.done or _open > SHARED_FROM:
+        global _reads, _behind
+        _reads += 1
+        if len(items) > 1:
+            _behind += 1
+        if _reads >= BUSY_WINDOW:
+            _judge_window()
+        if self._framing.done or _busy or _open > SHARED_FROM:
             if items:  # before the end, or before the shared reader's first items
                 assert self._channel is not None
                 self._channel.offer(items)
@@ -283,11 +306,13 @@ class BodyFeed(Generic[T]):
             error = None
 
     def _uncount(self) -> None:
-        global _open
+        global _open, _busy
         if self._counted:
             self._counted = False
             with _open_lock:
                 _open -= 1
+                if _open < BUSY_FROM:
+                    _busy = False
 
     def kick(self) -> None:
         """After a stop: a socket the shared reader paused is watched again, so its shutdown
