@@ -2,7 +2,7 @@
 
 The request runs in the consumer's thread at its first ``next()``; after the
 headers, the consumer's thread reads the socket itself, each read bounded by
-its wait (with more than 128 bodies open, the one shared reader, ``engine.py``,
+its wait (once the process is busy, the one shared reader, ``engine.py``,
 reads them all), and decodes, frames and parses the events (``sse_feed.py``,
 ``pipeline.py``): the consumer only receives finished ``sseclient.Event`` objects. Only events with data count as
 activity; SSE comments (``: keep-alive``) and data-less events do not, so a
