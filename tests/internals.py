@@ -45,6 +45,7 @@ from watchdog_sync._stream.fed import FedChannel, fed_stream
 from watchdog_sync._stream.framing import EventFramer
 from watchdog_sync._stream.limits import StreamLimits
 from watchdog_sync._stream.parse import parse_events
+from watchdog_sync._stream.socket_read import KERNEL_MARGIN, SocketRead
 from watchdog_sync._stream.sse import SSEStream
 from watchdog_sync._stream.sse_feed import _http_response
 from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
@@ -82,6 +83,7 @@ def buffered_body_events(response: Any) -> int:
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED",
+    "KERNEL_MARGIN",
     "HEADER_DEADLINE",
     "HEADER_TIMEOUT",
     "MAX_LAYERS",
@@ -100,6 +102,7 @@ __all__ = [
     "BodyDecoder",
     "EventFramer",
     "FedChannel",
+    "SocketRead",
     "EventWatch",
     "_ConnectionGuard",
     "_Loop",

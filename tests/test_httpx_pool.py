@@ -90,8 +90,9 @@ def client(request: pytest.FixtureRequest) -> Iterator[Any]:
 def test_two_finished_streams_in_a_row_use_one_connection(
     client: Any, answer: Callable[[int], List[bytes]]
 ) -> None:
-    """Read to its end on the shared reader, the stream's connection goes back to the pool
-    with its timeout given back (blocking again), and the next stream reuses it."""
+    """Read to its end by its consumer, the stream's connection goes back to the pool with
+    its timeout given back (blocking again, no kernel receive timeout left from the
+    consumer's reads), and the next stream reuses it."""
     socks = []
     with RawServer(serving(answer)) as server:
         for _ in range(2):
@@ -105,6 +106,7 @@ def test_two_finished_streams_in_a_row_use_one_connection(
             socks.append(response.extensions["network_stream"].get_extra_info("socket"))
         assert server.accepted == 1
     assert socks[0] is socks[1] and socks[0].fileno() >= 0 and socks[0].getblocking()
+    assert socks[0].getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) == bytes(16)
 
 
 def test_two_finished_streams_over_tls_use_one_connection() -> None:

@@ -35,10 +35,9 @@ reader's thread.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import math
 import os
-import select
 import ssl
 import threading
 from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, TypeVar
@@ -47,13 +46,13 @@ from .._core.errors import Cancelled, StreamProtocolError
 from . import engine
 from .fed import FedChannel
 from .framing import EventFramer
+from .socket_read import READ_SIZE, SocketRead
 from .wire import Gate
 
 __all__ = ["READ_SIZE", "BodyFeed", "Framing"]
 
 T = TypeVar("T")
 
-READ_SIZE = 65536  # the most one read takes: what a read's events can add to the buffer
 # Who reads: with more bodies open than SHARED_FROM, or with BUSY_FROM open while consumers fall
 # behind their streams, the shared reader reads them all: one thread batching many sockets'
 # reads costs less than that many threads woken per event, once the process is busy.
@@ -66,36 +65,26 @@ _open_lock = threading.Lock()
 _open = 0  # bodies open now (started, not ended)
 # The current window's consumer reads, and those that found more than one item: a heuristic,
 # counted without a lock (a lost count on a free-threaded build only delays a judgement).
-_reads = 0
-_behind = 0
+_window_reads = 0
+_window_behind = 0
 _busy = False  # consumers fell behind in the last window; until fewer than BUSY_FROM are open
 
 
 def _after_fork_in_child() -> None:
-    global _open_lock, _open, _reads, _behind, _busy
+    global _open_lock, _open, _window_reads, _window_behind, _busy
     _open_lock = threading.Lock()
-    _open = _reads = _behind = 0  # the parent's bodies are not this process's
+    _open = _window_reads = _window_behind = 0  # the parent's bodies are not this process's
     _busy = False
 
 
 def _judge_window() -> None:
-    global _reads, _behind, _busy
-    _busy = _open >= BUSY_FROM and _behind * BEHIND_SHARE >= _reads
-    _reads = _behind = 0
+    global _window_reads, _window_behind, _busy
+    _busy = _open >= BUSY_FROM and _window_behind * BEHIND_SHARE >= _window_reads
+    _window_reads = _window_behind = 0
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _poller(sock: Any) -> Optional[Callable[[Optional[int]], List[Any]]]:
-    """``poll`` of a ``select.poll`` that waits for ``sock`` to be readable (its end or a
-    shutdown from outside included); ``None`` where there is no ``poll`` (``select`` then)."""
-    if sock is None or not hasattr(select, "poll"):
-        return None
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return poller.poll
 
 
 class Framing(Protocol):
@@ -149,8 +138,7 @@ class BodyFeed(Generic[T]):
         self._frame = framer.feed
         self._pass_on = Gate(framer.limit, active).pass_on
         self._parse = parse
-        self._tls = isinstance(sock, ssl.SSLSocket)
-        self._poll = _poller(sock)
+        self._socket_read = None if sock is None else SocketRead(sock)
         self._channel: Optional[FedChannel[T]] = None
         self._feed: Optional[engine.Feed] = None
         self._counted = False  # in _open
@@ -180,28 +168,20 @@ class BodyFeed(Generic[T]):
         if crowded:
             self._to_reader()
         else:
+            assert self._socket_read is not None
+            self._socket_read.own()
             channel.attach(self)
 
     def pull(self, timeout: Optional[float]) -> List[T]:
-        """In the consumer's thread: one read of the (non-blocking) socket, waiting at most
-        ``timeout`` seconds (``None``: no limit); returns its items. The body ends here when
-        the socket does. Once the process is busy, the shared reader reads this one from
-        then on."""
-        sock = self._sock
+        """In the consumer's thread: one read of the socket (:mod:`.socket_read`), waiting
+        at most ``timeout`` seconds (``None``: no limit); returns its items. The body ends
+        here when the socket does. Once the process is busy, the shared reader reads this
+        one from then on."""
+        assert self._socket_read is not None
         try:
-            # One system call to wait (it lets the GIL go once; a settimeout() before each
-            # recv() would add one more), unless TLS holds decrypted bytes already. poll()
-            # counts whole milliseconds, rounded up: a limit ends within one past it, with
-            # one wake-up (a wait to the microsecond would take two, which costs more when
-            # many streams' limits end together).
-            if not (self._tls and sock.pending()):
-                poll = self._poll
-                if poll is not None:
-                    if not poll(None if timeout is None else math.ceil(timeout * 1e3)):
-                        return []
-                elif not select.select([sock], [], [], timeout)[0]:
-                    return []
-            data = sock.recv(READ_SIZE)
+            data = self._socket_read.read(timeout)
+            if data is None:
+                return []
         except _WOULD_BLOCK:  # TLS: not a whole record yet
             return []
         except OSError as exc:
@@ -216,11 +196,11 @@ class BodyFeed(Generic[T]):
         except (Exception, Cancelled) as exc:  # decoding, framing: its error
             self.end(exc, False)
             return []
-        global _reads, _behind
-        _reads += 1
+        global _window_reads, _window_behind
+        _window_reads += 1
         if len(items) > 1:
-            _behind += 1
-        if _reads >= BUSY_WINDOW:
+            _window_behind += 1
+        if _window_reads >= BUSY_WINDOW:
             _judge_window()
         if self._framing.done or _busy or _open > SHARED_FROM:
             if items:  # before the end, or before the shared reader's first items
@@ -247,6 +227,8 @@ class BodyFeed(Generic[T]):
         channel = self._channel
         if channel is None or not channel.detach():
             return
+        assert self._socket_read is not None
+        self._socket_read.let_go()
         feed = self._feed = engine.Feed(self._sock, self.take, self.end, channel.flush)
         channel.set_resume(lambda: engine.kick(feed))
         engine.add(feed)
@@ -297,6 +279,9 @@ class BodyFeed(Generic[T]):
         except (Exception, Cancelled) as exc:  # delivered to the consumer below, never dropped
             error = exc
         finally:
+            if self._socket_read is not None:
+                with contextlib.suppress(OSError):  # a closed socket is not pooled
+                    self._socket_read.forget()
             self._framing.release(clean=error is None)
             channel, self._channel = self._channel, None
             self._feed = None  # no cycle stays behind (feed -> take -> self -> feed)

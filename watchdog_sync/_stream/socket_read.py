@@ -1,0 +1,122 @@
+"""One read of an event stream's socket in its consumer's thread, waiting at most a given time.
+
+Two ways, by socket:
+
+* A plain TCP socket on Linux: one blocking ``recv()``, with the kernel's receive timeout
+  (``SO_RCVTIMEO``) set short of the wait, then, only if that timed out, a ``poll()`` for
+  the rest. When the event comes first (the common case) the read is
+  one system call, which lets the GIL go once; ``poll()`` then ``recv()`` let it go twice,
+  and with many streams each let-go is one more wait for another thread's turn
+  (``benchmarks/scale.py``, N = 100: 2.6 caller sleeps per event against 3.8, CPU per event
+  at plain's). ``SO_RCVTIMEO`` runs on the kernel's timer wheel, whose steps grow with the
+  distance: up to an eighth of the wait late, plus a tick (31 ms late for 0.48 s here),
+  hence a kernel timeout of 7/8 of the wait less :data:`KERNEL_MARGIN`, and the exact
+  ``poll()`` after it.
+* Otherwise (TLS, whose decrypted bytes a kernel timeout cannot see; other systems):
+  ``poll()``, then a non-blocking ``recv()``.
+
+A signal whose handler returns, during the kernel's wait, starts that wait again (PEP 475),
+so an idle limit can end up to 7/8 of itself late per signal. A handler that raises ends
+the read at once, and the budget's end still shuts the socket from outside on time.
+
+A socket read this way is blocking while its consumer reads it (:meth:`SocketRead.own`);
+the shared reader needs it non-blocking (:meth:`SocketRead.let_go`), and the pool needs
+the kernel's timeout gone (:meth:`SocketRead.forget`).
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import socket
+import ssl
+import struct
+import sys
+import time
+from typing import Any, Callable, List, Optional
+
+__all__ = ["KERNEL_MARGIN", "READ_SIZE", "SocketRead"]
+
+READ_SIZE = 65536  # the most one read takes: what a read's events can add to the buffer
+KERNEL_MARGIN = 0.025  # more than two ticks at 100 a second (Linux's coarsest)
+_KERNEL_TIMEOUT = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO")
+_NONE = math.inf  # the kernel's receive timeout when unset: none
+
+
+def _poller(sock: Any) -> Optional[Callable[[Optional[int]], List[Any]]]:
+    """``poll`` of a ``select.poll`` that waits for ``sock`` to be readable (its end or a
+    shutdown from outside included); ``None`` where there is no ``poll`` (``select`` then)."""
+    if not hasattr(select, "poll"):
+        return None
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return poller.poll
+
+
+class SocketRead:
+    """Reads of one socket by its consumer: :meth:`read` waits at most the time given."""
+
+    __slots__ = ("_kernel", "_poll", "_set", "_sock", "_tls")
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._kernel = _KERNEL_TIMEOUT and type(sock) is socket.socket
+        self._poll = _poller(sock)
+        self._set = _NONE  # the kernel's receive timeout as last set
+
+    def own(self) -> None:
+        """The consumer reads the socket from now on: blocking, where its kernel times out."""
+        if self._kernel:
+            self._sock.settimeout(None)
+
+    def let_go(self) -> None:
+        """The shared reader reads the socket from now on: non-blocking."""
+        if self._kernel:
+            self._sock.settimeout(0)
+
+    def forget(self) -> None:
+        """Before the connection is pooled or closed: no kernel receive timeout is left."""
+        if self._set != _NONE:
+            self._set_kernel_timeout(_NONE)
+
+    def read(self, timeout: Optional[float]) -> Optional[bytes]:
+        """One ``recv()``, waiting at most ``timeout`` seconds (``None``: no limit) for bytes:
+        ``b""`` at the socket's end, ``None`` when nothing came in time.
+
+        Raises the socket's ``OSError`` (``BlockingIOError``, ``ssl.SSLWantReadError``:
+        TLS has no whole record yet).
+        """
+        if not self._kernel or (timeout is not None and timeout <= 2 * KERNEL_MARGIN):
+            return self._polled(timeout)
+        bulk = _NONE if timeout is None else (timeout - KERNEL_MARGIN) * 0.875
+        if not bulk / 2 <= self._set <= bulk:  # a shorter one wakes early, to no harm
+            self._set_kernel_timeout(bulk)
+        started = time.monotonic()
+        try:
+            return self._sock.recv(READ_SIZE)  # type: ignore[no-any-return]
+        except BlockingIOError:  # the kernel's timeout
+            if timeout is None:
+                raise
+        return self._polled(max(0.0, timeout - (time.monotonic() - started)))
+
+    def _polled(self, timeout: Optional[float]) -> Optional[bytes]:
+        """``poll()`` to the millisecond (rounded up: one wake-up, within one past the
+        limit), then ``recv()``, unless TLS holds decrypted bytes already."""
+        sock = self._sock
+        if not (self._tls and sock.pending()):
+            poll = self._poll
+            if poll is not None:
+                if not poll(None if timeout is None else math.ceil(timeout * 1e3)):
+                    return None
+            elif not select.select([sock], [], [], timeout)[0]:
+                return None
+        return sock.recv(READ_SIZE)  # type: ignore[no-any-return]
+
+    def _set_kernel_timeout(self, seconds: float) -> None:
+        whole = 0 if seconds == _NONE else int(seconds)
+        micro = 0 if seconds == _NONE else max(1, int((seconds - whole) * 1e6))
+        self._sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", whole, micro)
+        )
+        self._set = seconds
