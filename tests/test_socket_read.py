@@ -7,7 +7,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Iterator, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 import pytest
 
@@ -30,75 +30,75 @@ def pair() -> Iterator[Tuple[socket.socket, socket.socket]]:
         yield ours, theirs
 
 
+@pytest.fixture
+def owned(pair: Tuple[socket.socket, socket.socket]) -> SocketRead:
+    """The reads of the pair's first socket, as its consumer makes them (blocking)."""
+    reads = SocketRead(pair[0])
+    reads.own()
+    return reads
+
+
 def kernel_timeout(sock: socket.socket) -> bytes:
     return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)
 
 
 @pytest.mark.parametrize(("limit", "times"), [(0.01, 3), (0.3, 3), (2.5, 1)])
 def test_nothing_within_the_limit_returns_none_at_the_limit_not_a_step_past(
-    pair: Tuple[socket.socket, socket.socket], limit: float, times: int
+    owned: SocketRead, limit: float, times: int
 ) -> None:
     """The kernel's timeout runs out early (its timer wheel's steps grow with the distance:
     256 ms at 2.5 s on a kernel of 250 ticks a second), and the poll() after it ends the
     wait at the limit, within a few milliseconds. 0.01 s: below the margin, poll() alone."""
-    ours, _ = pair
-    reads = SocketRead(ours)
-    reads.own()
     for _ in range(times):
         started = time.monotonic()
-        assert reads.read(limit) is None
+        assert owned.read(limit) is None
         waited = time.monotonic() - started
         assert limit <= waited < limit + 0.05, waited
 
 
-def test_bytes_that_come_within_the_limit_are_returned_as_they_come(
-    pair: Tuple[socket.socket, socket.socket],
-) -> None:
-    ours, theirs = pair
-    reads = SocketRead(ours)
-    reads.own()
-    timer = threading.Timer(0.05, theirs.sendall, args=(b"data: 1\n\n",))
+def read_meanwhile(
+    reads: SocketRead, limit: Optional[float], action: Callable[[], object]
+) -> Tuple[Optional[bytes], float]:
+    """``reads.read(limit)`` with ``action`` run on another thread 0.05 s in: what the read
+    returned, and how long it took."""
+    timer = threading.Timer(0.05, action)
     started = time.monotonic()
     timer.start()
     try:
-        assert reads.read(5.0) == b"data: 1\n\n"
+        return reads.read(limit), time.monotonic() - started
     finally:
         timer.join()
-    assert time.monotonic() - started < 2.0  # the read ends with the bytes, not the limit
-    theirs.sendall(b"data: 2\n\n")
-    assert reads.read(None) == b"data: 2\n\n"  # no limit
+
+
+def test_bytes_that_come_within_the_limit_are_returned_as_they_come(
+    pair: Tuple[socket.socket, socket.socket], owned: SocketRead
+) -> None:
+    theirs = pair[1]
+    got, took = read_meanwhile(owned, 5.0, lambda: theirs.sendall(b"data: 1\n\n"))
+    assert got == b"data: 1\n\n" and took < 2.0  # with the bytes, not at the limit
+    got, took = read_meanwhile(owned, None, lambda: theirs.sendall(b"data: 2\n\n"))
+    assert got == b"data: 2\n\n" and took < 2.0  # no limit
 
 
 def test_a_shutdown_from_outside_ends_a_read_in_progress(
-    pair: Tuple[socket.socket, socket.socket],
+    pair: Tuple[socket.socket, socket.socket], owned: SocketRead
 ) -> None:
     """What on_timeout does at a stop or the budget's end: the blocked recv() returns b""."""
-    ours, _ = pair
-    reads = SocketRead(ours)
-    reads.own()
-    timer = threading.Timer(0.05, ours.shutdown, args=(socket.SHUT_RDWR,))
-    started = time.monotonic()
-    timer.start()
-    try:
-        assert reads.read(10.0) == b""
-    finally:
-        timer.join()
-    assert time.monotonic() - started < 2.0
+    got, took = read_meanwhile(owned, 10.0, lambda: pair[0].shutdown(socket.SHUT_RDWR))
+    assert got == b"" and took < 2.0
 
 
 def test_the_kernel_timeout_is_set_only_while_the_consumer_reads_and_forgotten_after(
-    pair: Tuple[socket.socket, socket.socket],
+    pair: Tuple[socket.socket, socket.socket], owned: SocketRead
 ) -> None:
     """Blocking with a kernel timeout while its consumer reads; non-blocking for the shared
     reader; no kernel timeout left for the pool (a blocking read of a pooled socket would
     otherwise fail with EAGAIN). Elsewhere than on Linux, poll() alone: no kernel timeout."""
-    ours, _ = pair
-    reads = SocketRead(ours)
-    reads.own()
+    ours = pair[0]
     assert ours.getblocking()
-    assert reads.read(KERNEL_MARGIN + 0.05) is None
+    assert owned.read(KERNEL_MARGIN * 2 + 0.05) is None
     assert (kernel_timeout(ours) != NO_KERNEL_TIMEOUT) is LINUX
-    reads.let_go()
+    owned.let_go()
     assert not ours.getblocking()
-    reads.forget()
+    owned.forget()
     assert kernel_timeout(ours) == NO_KERNEL_TIMEOUT
