@@ -38,6 +38,7 @@ import threading
 from typing import Any, Callable, Deque, List, Optional, Set, Tuple
 
 from .._core.errors import Cancelled, WatchdogError
+from .socket_read import READ_SIZE, WOULD_BLOCK
 
 _log = logging.getLogger("watchdog_sync")
 
@@ -46,9 +47,7 @@ __all__ = ["SHARED_READER_THREAD_NAME", "TURN_BYTES", "Feed", "add", "call_soon"
 SHARED_READER_THREAD_NAME = "watchdog_sync-shared-reader"
 
 TURN_BYTES = 65536  # the most one stream is given per turn before the others are served
-_READ_SIZE = 65536
 _LINGER = 0.05  # an idle reader waits this long for a new stream before it exits
-_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class Feed:
@@ -109,7 +108,7 @@ class _Reader:
             fn = self._calls.popleft()
             try:
                 fn()
-            except Exception:
+            except OSError:  # closing a connection; anything else is a bug the reader's end reports
                 _log.exception(
                     "watchdog_sync: ending a stream on the shared reader raised; ignored"
                 )
@@ -197,8 +196,8 @@ class _Reader:
         given = 0
         while given < TURN_BYTES:
             try:
-                data = sock.recv(_READ_SIZE)
-            except _WOULD_BLOCK:
+                data = sock.recv(READ_SIZE)
+            except WOULD_BLOCK:
                 self._watch(feed)
                 return
             except OSError as exc:
@@ -222,7 +221,7 @@ class _Reader:
                 return
             # A short read took what the kernel had; TLS may still hold decrypted bytes
             # that select() cannot see.
-            if len(data) < _READ_SIZE and not (feed.tls and sock.pending()):
+            if len(data) < READ_SIZE and not (feed.tls and sock.pending()):
                 self._watch(feed)
                 return
         self._ready.add(feed)  # its slice of this turn is used up: more may be there

@@ -35,10 +35,8 @@ reader's thread.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import ssl
 import threading
 from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, TypeVar
 
@@ -60,7 +58,6 @@ SHARED_FROM = 128
 BUSY_FROM = 32
 BUSY_WINDOW = 512  # consumers' reads judged at a time
 BEHIND_SHARE = 8  # behind: at least one read in this many found more than one item waiting
-_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _open_lock = threading.Lock()
 _open = 0  # bodies open now (started, not ended)
 # The current window's consumer reads, and those that found more than one item: a heuristic,
@@ -138,7 +135,7 @@ class BodyFeed(Generic[T]):
         self._frame = framer.feed
         self._pass_on = Gate(framer.limit, active).pass_on
         self._parse = parse
-        self._socket_read = None if sock is None else SocketRead(sock)
+        self._socket_read = SocketRead(sock)
         self._channel: Optional[FedChannel[T]] = None
         self._feed: Optional[engine.Feed] = None
         self._counted = False  # in _open
@@ -168,7 +165,6 @@ class BodyFeed(Generic[T]):
         if crowded:
             self._to_reader()
         else:
-            assert self._socket_read is not None
             self._socket_read.own()
             channel.attach(self)
 
@@ -177,13 +173,10 @@ class BodyFeed(Generic[T]):
         at most ``timeout`` seconds (``None``: no limit); returns its items. The body ends
         here when the socket does. Once the process is busy, the shared reader reads this
         one from then on."""
-        assert self._socket_read is not None
         try:
             data = self._socket_read.read(timeout)
             if data is None:
                 return []
-        except _WOULD_BLOCK:  # TLS: not a whole record yet
-            return []
         except OSError as exc:
             self._socket_ended(exc, False)
             return []
@@ -227,7 +220,6 @@ class BodyFeed(Generic[T]):
         channel = self._channel
         if channel is None or not channel.detach():
             return
-        assert self._socket_read is not None
         self._socket_read.let_go()
         feed = self._feed = engine.Feed(self._sock, self.take, self.end, channel.flush)
         channel.set_resume(lambda: engine.kick(feed))
@@ -279,9 +271,7 @@ class BodyFeed(Generic[T]):
         except (Exception, Cancelled) as exc:  # delivered to the consumer below, never dropped
             error = exc
         finally:
-            if self._socket_read is not None:
-                with contextlib.suppress(OSError):  # a closed socket is not pooled
-                    self._socket_read.forget()
+            self._socket_read.forget()
             self._framing.release(clean=error is None)
             channel, self._channel = self._channel, None
             self._feed = None  # no cycle stays behind (feed -> take -> self -> feed)

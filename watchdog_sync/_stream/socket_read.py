@@ -26,6 +26,7 @@ the kernel's timeout gone (:meth:`SocketRead.forget`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import select
 import socket
@@ -35,9 +36,11 @@ import sys
 import time
 from typing import Any, Callable, List, Optional
 
-__all__ = ["KERNEL_MARGIN", "READ_SIZE", "SocketRead"]
+__all__ = ["KERNEL_MARGIN", "READ_SIZE", "WOULD_BLOCK", "SocketRead"]
 
 READ_SIZE = 65536  # the most one read takes: what a read's events can add to the buffer
+# What a non-blocking read raises when nothing can be taken yet (TLS: no whole record).
+WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 KERNEL_MARGIN = 0.025  # more than two ticks at 100 a second (Linux's coarsest)
 _KERNEL_TIMEOUT = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO")
 _NONE = math.inf  # the kernel's receive timeout when unset: none
@@ -46,7 +49,7 @@ _NONE = math.inf  # the kernel's receive timeout when unset: none
 def _poller(sock: Any) -> Optional[Callable[[Optional[int]], List[Any]]]:
     """``poll`` of a ``select.poll`` that waits for ``sock`` to be readable (its end or a
     shutdown from outside included); ``None`` where there is no ``poll`` (``select`` then)."""
-    if not hasattr(select, "poll"):
+    if sock is None or not hasattr(select, "poll"):
         return None
     poller = select.poll()
     poller.register(sock, select.POLLIN)
@@ -54,7 +57,10 @@ def _poller(sock: Any) -> Optional[Callable[[Optional[int]], List[Any]]]:
 
 
 class SocketRead:
-    """Reads of one socket by its consumer: :meth:`read` waits at most the time given."""
+    """Reads of one socket by its consumer: :meth:`read` waits at most the time given.
+
+    Made for ``None`` too (a body the stack had read whole): then nothing is ever read.
+    """
 
     __slots__ = ("_kernel", "_poll", "_set", "_sock", "_tls")
 
@@ -78,14 +84,15 @@ class SocketRead:
     def forget(self) -> None:
         """Before the connection is pooled or closed: no kernel receive timeout is left."""
         if self._set != _NONE:
-            self._set_kernel_timeout(_NONE)
+            with contextlib.suppress(OSError):  # a socket closed already is not pooled
+                self._set_kernel_timeout(_NONE)
 
     def read(self, timeout: Optional[float]) -> Optional[bytes]:
         """One ``recv()``, waiting at most ``timeout`` seconds (``None``: no limit) for bytes:
-        ``b""`` at the socket's end, ``None`` when nothing came in time.
+        ``b""`` at the socket's end, ``None`` when nothing came in time (over TLS, or no
+        whole record yet).
 
-        Raises the socket's ``OSError`` (``BlockingIOError``, ``ssl.SSLWantReadError``:
-        TLS has no whole record yet).
+        Raises the socket's ``OSError``.
         """
         if not self._kernel or (timeout is not None and timeout <= 2 * KERNEL_MARGIN):
             return self._polled(timeout)
@@ -97,7 +104,7 @@ class SocketRead:
             return self._sock.recv(READ_SIZE)  # type: ignore[no-any-return]
         except BlockingIOError:  # the kernel's timeout
             if timeout is None:
-                raise
+                return None
         return self._polled(max(0.0, timeout - (time.monotonic() - started)))
 
     def _polled(self, timeout: Optional[float]) -> Optional[bytes]:
@@ -111,7 +118,10 @@ class SocketRead:
                     return None
             elif not select.select([sock], [], [], timeout)[0]:
                 return None
-        return sock.recv(READ_SIZE)  # type: ignore[no-any-return]
+        try:
+            return sock.recv(READ_SIZE)  # type: ignore[no-any-return]
+        except WOULD_BLOCK:  # TLS: not a whole record yet
+            return None
 
     def _set_kernel_timeout(self, seconds: float) -> None:
         whole = 0 if seconds == _NONE else int(seconds)
