@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Set
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -23,27 +23,40 @@ def numbers(events: Iterator[object]) -> List[int]:
     return [json.loads(e.data)["n"] for e in events]  # type: ignore[attr-defined]
 
 
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Dict[str, Dict[int, List[str]]]:
+    """Per body, the threads its reads were made on: ``pulled`` by its consumer, ``taken`` by
+    the shared reader (or, in the consumer's thread, with the headers)."""
+    record: Dict[str, Dict[int, List[str]]] = {"pulled": {}, "taken": {}}
+    take, pull = pipeline_module.BodyFeed.take, pipeline_module.BodyFeed.pull
+
+    def recorded_take(body: Any, data: Optional[bytes]) -> bool:
+        record["taken"].setdefault(id(body), []).append(threading.current_thread().name)
+        return take(body, data)
+
+    def recorded_pull(body: Any, timeout: Optional[float]) -> List[Any]:
+        record["pulled"].setdefault(id(body), []).append(threading.current_thread().name)
+        return pull(body, timeout)
+
+    monkeypatch.setattr(pipeline_module.BodyFeed, "take", recorded_take)
+    monkeypatch.setattr(pipeline_module.BodyFeed, "pull", recorded_pull)
+    return record
+
+
+@pytest.fixture
+def busy_from_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two bodies open are enough for the busy sign, judged every four consumer reads."""
+    monkeypatch.setattr(pipeline_module, "BUSY_FROM", 2)
+    monkeypatch.setattr(pipeline_module, "BUSY_WINDOW", 4)
+
+
 def test_past_shared_from_open_bodies_every_stream_moves_to_the_shared_reader(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, reads: Dict[str, Dict[int, List[str]]]
 ) -> None:
     """Up to SHARED_FROM open bodies their consumers read them (no thread at all); the next
     ones opened go to the shared reader, and those read by their consumers move there at
     their next read. Every event arrives once, in order."""
     monkeypatch.setattr(pipeline_module, "SHARED_FROM", 2)
-    readers: Dict[int, List[str]] = {}  # per body: the threads its reads were taken on
-    pulled: Set[int] = set()  # the bodies their consumers read (pull)
-    take, pull = pipeline_module.BodyFeed.take, pipeline_module.BodyFeed.pull
-
-    def recorded_take(body: Any, data: Optional[bytes]) -> bool:
-        readers.setdefault(id(body), []).append(threading.current_thread().name)
-        return take(body, data)
-
-    def recorded_pull(body: Any, timeout: Optional[float]) -> List[Any]:
-        pulled.add(id(body))
-        return pull(body, timeout)
-
-    monkeypatch.setattr(pipeline_module.BodyFeed, "take", recorded_take)
-    monkeypatch.setattr(pipeline_module.BodyFeed, "pull", recorded_pull)
     steps = [threading.Event(), threading.Event()]
     count = 30
 
@@ -73,8 +86,8 @@ def test_past_shared_from_open_bodies_every_stream_moves_to_the_shared_reader(
         rest = [numbers(s) for s in streams]
     assert firsts == [[0]] * 4 and seconds == [[1]] * 4 and rest == [list(range(2, count))] * 4
     assert SHARED_READER_THREAD_NAME not in alone and shared.count(SHARED_READER_THREAD_NAME) == 1
-    assert len(readers) == 4 and len(pulled) == 2  # the first two began in their consumers
-    assert all(names[-1] == SHARED_READER_THREAD_NAME for names in readers.values())
+    assert len(reads["taken"]) == 4 and len(reads["pulled"]) == 2  # two began in their consumers
+    assert all(names[-1] == SHARED_READER_THREAD_NAME for names in reads["taken"].values())
 
 
 class Lockstep:
@@ -109,30 +122,8 @@ class Lockstep:
         return got
 
 
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> Dict[str, Dict[int, List[str]]]:
-    """Per body, the threads its reads were made on: ``pulled`` by its consumer, ``taken`` by
-    the shared reader (or, in the consumer's thread, with the headers)."""
-    record: Dict[str, Dict[int, List[str]]] = {"pulled": {}, "taken": {}}
-    take, pull = pipeline_module.BodyFeed.take, pipeline_module.BodyFeed.pull
-
-    def recorded_take(body: Any, data: Optional[bytes]) -> bool:
-        record["taken"].setdefault(id(body), []).append(threading.current_thread().name)
-        return take(body, data)
-
-    def recorded_pull(body: Any, timeout: Optional[float]) -> List[Any]:
-        record["pulled"].setdefault(id(body), []).append(threading.current_thread().name)
-        return pull(body, timeout)
-
-    monkeypatch.setattr(pipeline_module.BodyFeed, "take", recorded_take)
-    monkeypatch.setattr(pipeline_module.BodyFeed, "pull", recorded_pull)
-    monkeypatch.setattr(pipeline_module, "BUSY_FROM", 2)
-    monkeypatch.setattr(pipeline_module, "BUSY_WINDOW", 4)
-    return record
-
-
 def test_consumers_falling_behind_hand_their_bodies_to_the_shared_reader(
-    reads: Dict[str, Dict[int, List[str]]],
+    reads: Dict[str, Dict[int, List[str]]], busy_from_two: None
 ) -> None:
     """With BUSY_FROM bodies open, consumers whose reads keep finding more than one event
     waiting (the sign of a busy process) hand their bodies to the shared reader: after a
@@ -148,7 +139,7 @@ def test_consumers_falling_behind_hand_their_bodies_to_the_shared_reader(
 
 
 def test_a_body_alone_stays_with_its_consumer_however_far_behind_and_busy_ends_with_the_bodies(
-    reads: Dict[str, Dict[int, List[str]]],
+    reads: Dict[str, Dict[int, List[str]]], busy_from_two: None
 ) -> None:
     """Fewer than BUSY_FROM bodies open: reads finding many events waiting move nothing. And
     once the bodies that made the process busy have ended, a new body is its consumer's."""

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import socket
 import sys
-import threading
 import time
 from typing import Callable, Iterator, Optional, Tuple
 
 import pytest
 
-from .internals import KERNEL_MARGIN, SocketRead
+from .internals import KERNEL_MARGIN, MONOTONIC, SocketRead
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -57,17 +56,16 @@ def test_nothing_within_the_limit_returns_none_at_the_limit_not_a_step_past(
 
 
 def read_meanwhile(
-    reads: SocketRead, limit: Optional[float], action: Callable[[], object]
+    reads: SocketRead, limit: Optional[float], action: Callable[[], None]
 ) -> Tuple[Optional[bytes], float]:
-    """``reads.read(limit)`` with ``action`` run on another thread 0.05 s in: what the read
-    returned, and how long it took."""
-    timer = threading.Timer(0.05, action)
+    """``reads.read(limit)`` with ``action`` run 0.05 s in, on the shared watchdog thread:
+    what the read returned, and how long it took."""
     started = time.monotonic()
-    timer.start()
+    timer = MONOTONIC.call_at(started + 0.05, action)
     try:
         return reads.read(limit), time.monotonic() - started
     finally:
-        timer.join()
+        timer.cancel()  # ran already, unless the read failed first
 
 
 def test_bytes_that_come_within_the_limit_are_returned_as_they_come(
