@@ -8,11 +8,12 @@ every CPU free again.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import heapq
 import os
 import time
-from typing import Any, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, List, Set, Tuple
 
 from . import ray_env  # noqa: F401  (before ray: loopback only)
 
@@ -41,7 +42,7 @@ def cluster() -> Iterator[None]:
     assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # set by ray_env
     ray.cloudpickle.register_pickle_by_value(ray_tasks)
     ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False)
-    _RAY_PORTS.update(_listening(psutil.Process()))  # the driver's own Ray servers
+    _DRIVER_PORTS.update(_listening(psutil.Process()))  # the driver's own Ray servers
     try:
         ray.get([ray_tasks.started_at.remote() for _ in range(CPUS)])
         yield
@@ -91,7 +92,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
-_RAY_PORTS: Set[int] = set()  # the ports the driver's Ray servers listen on (before any test)
+_DRIVER_PORTS: Set[int] = set()  # the ports the driver's own Ray servers listen on
+_WORKER_PORTS: Set[int] = set()  # every port seen listening in a cluster process, kept
 
 
 def _listening(proc: psutil.Process) -> Set[int]:
@@ -103,15 +105,28 @@ def _listening(proc: psutil.Process) -> Set[int]:
 
 
 def _ray_connections() -> int:
-    """This process's TCP connections with the cluster's processes (Ray's own client pool)."""
-    theirs: Set[int] = set()
+    """This process's TCP connections with the cluster's processes (Ray's own client pool).
+
+    A worker's ports are remembered after it exits: Ray kills idle workers, and the driver's
+    connection to one stays (in CLOSE_WAIT) until Ray's pool drops it, which can take longer
+    than a test's teardown waits."""
     for proc in psutil.Process().children(recursive=True):
-        theirs |= _listening(proc)
+        _WORKER_PORTS.update(_listening(proc))
     return sum(
         1
         for c in psutil.Process().net_connections(kind="tcp")
-        if c.raddr and (c.raddr.port in theirs or c.laddr.port in _RAY_PORTS)
+        if c.raddr and (c.raddr.port in _WORKER_PORTS or c.laddr.port in _DRIVER_PORTS)
     )
+
+
+def _descriptors() -> Dict[str, str]:
+    """What each of this process's descriptors is (Linux): for a failure's message."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
 
 
 @pytest.fixture(autouse=True)
@@ -120,6 +135,7 @@ def no_leaks() -> Iterator[None]:
     pool: the driver opens a connection to each new worker process it talks to and keeps it."""
     before_threads = set(_threads())
     before_fds = _fds() - _ray_connections()
+    before = _descriptors()
     yield
     give_up = time.monotonic() + _SETTLE
     while True:
@@ -130,7 +146,11 @@ def no_leaks() -> Iterator[None]:
             break
         time.sleep(0.05)
     assert not extra, f"threads left running: {[t.name for t in extra]}"
-    assert fds <= before_fds, f"file descriptors leaked: {before_fds} before, {fds} after"
+    new = {fd: what for fd, what in _descriptors().items() if before.get(fd) != what}
+    assert fds <= before_fds, (
+        f"file descriptors leaked: {before_fds} before, {fds} after; new: {new}; "
+        f"TCP: {psutil.Process().net_connections(kind='tcp')}"
+    )
 
 
 def _nothing_running() -> bool:
