@@ -109,11 +109,13 @@ class Budget:
         self.stage: Optional[str] = stage
         if stage is None and parent is not None:
             self.stage = parent.stage
-        self._children: weakref.WeakSet[Budget] = weakref.WeakSet()
+        # Made when first needed: most budgets never have a child or a sleeper, and a stream
+        # opens several budgets (a WeakSet and an Event cost more than the rest of a budget).
+        self._children: Optional[weakref.WeakSet[Budget]] = None
         self._callbacks: List[Callable[[Budget], None]] = []
         self._timer: Optional[Timer] = None
         self._done = False
-        self._wakeup = threading.Event()
+        self._wakeup: Optional[threading.Event] = None
         self._cancel_reason: Optional[str] = None
         # Who was cancelled: this budget or an ancestor, held weakly (a budget that named
         # itself strongly would be a reference cycle, left to the cyclic GC; an ancestor is
@@ -125,11 +127,12 @@ class Budget:
         self._lock = threading.Lock()
         if parent is not None:
             with parent._lock:
+                if parent._children is None:
+                    parent._children = weakref.WeakSet()
                 parent._children.add(self)
                 if parent._cancel_origin is not None:
                     self._cancel_reason = parent._cancel_reason
                     self._cancel_origin = parent._cancel_origin
-                    self._wakeup.set()
 
     # -- reading -------------------------------------------------------------
 
@@ -235,9 +238,11 @@ class Budget:
                 if node._cancel_origin is None:
                     node._cancel_reason = reason
                     node._cancel_origin = origin
-                node._wakeup.set()
+                if node._wakeup is not None:
+                    node._wakeup.set()
                 ended = node._end_locked()
-                pending.extend(node._children)
+                if node._children is not None:
+                    pending.extend(node._children)
             node._run_ended(ended)
 
     def on_done(self, callback: Callable[[Budget], None]) -> Callable[[], None]:
@@ -343,10 +348,19 @@ class Budget:
         assert wanted is not None
         self.check()
         left = self.remaining()
-        self._clock.sleep(min(wanted, left), self._wakeup)
+        self._clock.sleep(min(wanted, left), self._wakeup_event())
         if wanted >= left:
             self._raise_cancelled()
         self.check()  # cancelled (or out of time) while asleep
+
+    def _wakeup_event(self) -> threading.Event:
+        """The event a ``sleep`` waits on, which ``cancel()`` sets (made on the first sleep)."""
+        with self._lock:
+            if self._wakeup is None:
+                self._wakeup = threading.Event()
+                if self._cancel_origin is not None:
+                    self._wakeup.set()
+            return self._wakeup
 
 
 def _absolute(deadline: Optional[float]) -> Optional[float]:
