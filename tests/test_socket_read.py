@@ -4,6 +4,7 @@ receive timeout where it can, a poll() for the rest, on real loopback sockets.""
 from __future__ import annotations
 
 import socket
+import struct
 import sys
 import time
 from typing import Callable, Iterator, Optional, Tuple
@@ -76,6 +77,26 @@ def test_bytes_that_come_within_the_limit_are_returned_as_they_come(
     assert got == b"data: 1\n\n" and took < 2.0  # with the bytes, not at the limit
     got, took = read_meanwhile(owned, None, lambda: theirs.sendall(b"data: 2\n\n"))
     assert got == b"data: 2\n\n" and took < 2.0  # no limit
+
+
+def test_reads_whose_wait_shrinks_with_the_budget_keep_one_kernel_timeout(
+    pair: Tuple[socket.socket, socket.socket], owned: SocketRead
+) -> None:
+    """A budget's time left shrinks read by read: the kernel timeout set at the first read
+    serves the next ones while it is within their wait, and is set anew, shorter, once a
+    wait falls below it. It never outlasts a read's wait."""
+    ours, theirs = pair
+    seen = []
+    for left in (30.0, 29.0, 25.0, 23.0, 10.0):
+        theirs.sendall(b"data: 1\n\n")
+        assert owned.read(left) == b"data: 1\n\n"
+        whole, micro = struct.unpack("ll", kernel_timeout(ours))
+        assert whole + micro / 1e6 <= left
+        seen.append((whole, micro))
+    if LINUX:
+        assert len(set(seen[:4])) == 1 and seen[4] != seen[0], seen
+    else:
+        assert set(seen) == {(0, 0)}  # poll() alone
 
 
 def test_a_shutdown_from_outside_ends_a_read_in_progress(

@@ -11,7 +11,9 @@ Two ways, by socket:
   at plain's). ``SO_RCVTIMEO`` runs on the kernel's timer wheel, whose steps grow with the
   distance: up to an eighth of the wait late, plus a tick (31 ms late for 0.48 s here),
   hence a kernel timeout of 7/8 of the wait less :data:`KERNEL_MARGIN`, and the exact
-  ``poll()`` after it.
+  ``poll()`` after it. It is set to 3/4 of that and kept while later waits are between
+  it and twice it: a budget's time left shrinks read by read, and setting it anew at each
+  read was a system call per event.
 * Otherwise (TLS, whose decrypted bytes a kernel timeout cannot see; other systems):
   ``poll()``, then a non-blocking ``recv()``.
 
@@ -44,6 +46,7 @@ WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 KERNEL_MARGIN = 0.025  # more than two ticks at 100 a second (Linux's coarsest)
 _KERNEL_TIMEOUT = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO")
 _NONE = math.inf  # the kernel's receive timeout when unset: none
+_KEPT = 0.75  # the share of a read's wait its kernel timeout is set to
 
 
 def _poller(sock: Any) -> Optional[Callable[[Optional[int]], List[Any]]]:
@@ -98,7 +101,9 @@ class SocketRead:
             return self._polled(timeout)
         bulk = _NONE if timeout is None else (timeout - KERNEL_MARGIN) * 0.875
         if not bulk / 2 <= self._set <= bulk:  # a shorter one wakes early, to no harm
-            self._set_kernel_timeout(bulk)
+            # Set short of the wait: the next reads' waits, shrinking with the budget's time
+            # left, keep it (one system call less per event) until they fall below it.
+            self._set_kernel_timeout(bulk * _KEPT)
         started = time.monotonic()
         try:
             return self._sock.recv(READ_SIZE)  # type: ignore[no-any-return]
