@@ -151,6 +151,32 @@ def test_cancel_from_another_thread_wakes_a_sleeper_within_50ms() -> None:
     assert woke[0] - cancelled_at < 0.05
 
 
+def test_cancelling_an_ancestor_wakes_a_sleeping_grandchild_within_50ms() -> None:
+    """A budget's children and its sleep's wake-up are made when first needed: a grandchild
+    made and put to sleep after its parents still ends with them."""
+    root = Budget(30)
+    grandchild = root.child().child()
+    errors: list[BaseException] = []
+    woke: list[float] = []
+
+    def sleeper() -> None:
+        try:
+            grandchild.sleep(20)
+        except Cancelled as exc:
+            errors.append(exc)
+            woke.append(time.monotonic())
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    time.sleep(0.05)  # let the sleeper block before cancelling it (the test's subject)
+    cancelled_at = time.monotonic()
+    root.cancel("stop")
+    thread.join(5)
+    assert not thread.is_alive()
+    assert errors and errors[0].reason == "stop"  # type: ignore[attr-defined]
+    assert woke[0] - cancelled_at < 0.05
+
+
 def test_children_made_while_the_parent_is_cancelled_all_end_cancelled() -> None:
     parent = Budget(60)
     children: list[Budget] = []
