@@ -6,6 +6,7 @@ import datetime
 import math
 import threading
 import time
+from typing import Callable, Tuple
 
 import pytest
 
@@ -128,14 +129,15 @@ def test_sleep_in_an_ended_budget_raises_at_once() -> None:
         budget.sleep(5)
 
 
-def test_cancel_from_another_thread_wakes_a_sleeper_within_50ms() -> None:
-    budget = Budget(30)
+def _woken_by_cancel(sleeping: Budget, cancel: Callable[[], None]) -> Tuple[str, float]:
+    """``sleeping.sleep(20)`` in a thread, ``cancel()`` once it sleeps: the ``Cancelled``'s
+    reason, and how long after ``cancel()`` the sleeper woke."""
     woke: list[float] = []
-    errors: list[BaseException] = []
+    errors: list[Cancelled] = []
 
     def sleeper() -> None:
         try:
-            budget.sleep(20)
+            sleeping.sleep(20)
         except Cancelled as exc:
             errors.append(exc)
             woke.append(time.monotonic())
@@ -144,37 +146,24 @@ def test_cancel_from_another_thread_wakes_a_sleeper_within_50ms() -> None:
     thread.start()
     time.sleep(0.05)  # let the sleeper block before cancelling it (the test's subject)
     cancelled_at = time.monotonic()
-    budget.cancel()
+    cancel()
     thread.join(5)
-    assert not thread.is_alive()
-    assert errors and errors[0].reason == "cancelled"  # type: ignore[attr-defined]
-    assert woke[0] - cancelled_at < 0.05
+    assert not thread.is_alive() and errors
+    return errors[0].reason, woke[0] - cancelled_at
+
+
+def test_cancel_from_another_thread_wakes_a_sleeper_within_50ms() -> None:
+    budget = Budget(30)
+    reason, late = _woken_by_cancel(budget, budget.cancel)
+    assert reason == "cancelled" and late < 0.05
 
 
 def test_cancelling_an_ancestor_wakes_a_sleeping_grandchild_within_50ms() -> None:
     """A budget's children and its sleep's wake-up are made when first needed: a grandchild
     made and put to sleep after its parents still ends with them."""
     root = Budget(30)
-    grandchild = root.child().child()
-    errors: list[BaseException] = []
-    woke: list[float] = []
-
-    def sleeper() -> None:
-        try:
-            grandchild.sleep(20)
-        except Cancelled as exc:
-            errors.append(exc)
-            woke.append(time.monotonic())
-
-    thread = threading.Thread(target=sleeper)
-    thread.start()
-    time.sleep(0.05)  # let the sleeper block before cancelling it (the test's subject)
-    cancelled_at = time.monotonic()
-    root.cancel("stop")
-    thread.join(5)
-    assert not thread.is_alive()
-    assert errors and errors[0].reason == "stop"  # type: ignore[attr-defined]
-    assert woke[0] - cancelled_at < 0.05
+    reason, late = _woken_by_cancel(root.child().child(), lambda: root.cancel("stop"))
+    assert reason == "stop" and late < 0.05
 
 
 def test_children_made_while_the_parent_is_cancelled_all_end_cancelled() -> None:
