@@ -15,10 +15,10 @@ import http.client
 from typing import Any, Iterator, List, Optional
 
 from .._http.translate import MalformedFraming
+from .socket_read import READ_SIZE
 
 __all__ = ["FramingDecoder", "body_pieces", "decoder_for"]
 
-_READ_SIZE = 65536
 _MAX_SIZE_LINE = 1024
 _HEX = b"0123456789abcdefABCDEF"
 
@@ -43,7 +43,7 @@ class FramingDecoder:
 
     def wanted(self) -> int:
         """How many bytes to read next without reading past a sized body."""
-        return _READ_SIZE if self._left is None else min(self._left, _READ_SIZE)
+        return READ_SIZE if self._left is None else min(self._left, READ_SIZE)
 
     def feed(self, data: bytes) -> bytes:
         """The payload that ``data`` completes (possibly ``b""``).

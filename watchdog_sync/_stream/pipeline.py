@@ -44,10 +44,10 @@ from .._core.errors import Cancelled, StreamProtocolError
 from . import engine
 from .fed import FedChannel
 from .framing import EventFramer
-from .socket_read import READ_SIZE, SocketRead
+from .socket_read import SocketRead
 from .wire import Gate
 
-__all__ = ["READ_SIZE", "BodyFeed", "Framing"]
+__all__ = ["BodyFeed", "Framing"]
 
 T = TypeVar("T")
 
@@ -72,6 +72,11 @@ def _after_fork_in_child() -> None:
     _open_lock = threading.Lock()
     _open = _window_reads = _window_behind = 0  # the parent's bodies are not this process's
     _busy = False
+
+
+def _crowded() -> bool:
+    """The shared reader reads the bodies: the process is busy (see the module's docstring)."""
+    return _busy or _open > SHARED_FROM
 
 
 def _judge_window() -> None:
@@ -161,7 +166,7 @@ class BodyFeed(Generic[T]):
         with _open_lock:
             _open += 1
             self._counted = True
-            crowded = _busy or _open > SHARED_FROM
+            crowded = _crowded()
         if crowded:
             self._to_reader()
         else:
@@ -195,7 +200,7 @@ class BodyFeed(Generic[T]):
             _window_behind += 1
         if _window_reads >= BUSY_WINDOW:
             _judge_window()
-        if self._framing.done or _busy or _open > SHARED_FROM:
+        if self._framing.done or _crowded():
             if items:  # before the end, or before the shared reader's first items
                 assert self._channel is not None
                 self._channel.offer(items)

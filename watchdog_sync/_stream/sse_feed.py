@@ -29,7 +29,8 @@ from .body import FramingDecoder, body_pieces, decoder_for
 from .fed import FedChannel, OpenTimedOut
 from .framing import EventFramer
 from .parse import parse_events
-from .pipeline import READ_SIZE, BodyFeed
+from .pipeline import BodyFeed
+from .socket_read import READ_SIZE
 from .wire import is_activity
 
 _ERROR_BODY_LIMIT = 4096
