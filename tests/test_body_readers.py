@@ -1,6 +1,7 @@
 """Who reads a socket-backed stream's body: its consumer, until the process is busy (past
-SHARED_FROM open bodies, or BUSY_FROM open with consumers falling behind), then the shared
-reader (stream_sse here; httpx_client()'s streams use the same BodyFeed)."""
+SHARED_FROM open bodies, or BUSY_FROM open with one consumer in BEHIND_SHARE falling
+behind), then the shared reader (stream_sse here; httpx_client()'s streams use the same
+BodyFeed)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,14 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Dict[str, Dict[int, List[str]]]:
     monkeypatch.setattr(pipeline_module.BodyFeed, "take", recorded_take)
     monkeypatch.setattr(pipeline_module.BodyFeed, "pull", recorded_pull)
     return record
+
+
+@pytest.fixture(autouse=True)
+def fresh_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The busy sign's window starts empty: an earlier test's reads are not this one's."""
+    for counter in ("_window_reads", "_window_readers", "_window_behind"):
+        monkeypatch.setattr(pipeline_module, counter, 0)
+    monkeypatch.setattr(pipeline_module, "_busy", False)
 
 
 @pytest.fixture
@@ -136,6 +145,39 @@ def test_consumers_falling_behind_hand_their_bodies_to_the_shared_reader(
     assert len(reads["pulled"]) == 2  # both began in their consumers
     last_reads = [names[-1] for names in reads["taken"].values()]
     assert last_reads == [SHARED_READER_THREAD_NAME] * 2
+
+
+def test_one_consumer_falling_behind_among_many_keeping_pace_moves_no_body(
+    monkeypatch: pytest.MonkeyPatch, reads: Dict[str, Dict[int, List[str]]]
+) -> None:
+    """The busy sign counts consumers, not reads: one stream whose consumer's reads each find
+    three events waiting, among eight whose reads find one, leaves every body with its
+    consumer, although that one stream's reads alone are more than one in eight."""
+    monkeypatch.setattr(pipeline_module, "BUSY_FROM", 2)
+    monkeypatch.setattr(pipeline_module, "BUSY_WINDOW", 26)  # two rounds of reads, below
+    behind, keeping_pace = Lockstep(rounds=40, per_piece=3), Lockstep(rounds=8, per_piece=1)
+    with (
+        RawServer(behind, max_connections=1) as one,
+        RawServer(keeping_pace, max_connections=8) as eight,
+    ):
+        fast = stream_sse(one.url, idle_timeout=5)
+        paced = [stream_sse(eight.url, idle_timeout=5) for _ in range(8)]
+        got_fast: List[int] = []
+        got_paced: List[List[int]] = [[] for _ in paced]
+        for k in range(8):
+            for piece in range(k * 5, k * 5 + 5):  # five reads of three events each
+                got_fast += numbers([next(fast) for _ in range(3)])
+                if piece + 1 < 40:
+                    behind.released[piece + 1].set()
+            for taken, stream in zip(got_paced, paced):  # one read of one event each
+                taken += numbers([next(stream)])
+            if k + 1 < 8:
+                keeping_pace.released[k + 1].set()
+        got_fast += numbers(fast)
+        got_paced = [taken + numbers(stream) for taken, stream in zip(got_paced, paced)]
+    assert got_fast == list(range(120)) and got_paced == [list(range(8))] * 8
+    assert len(reads["pulled"]) == 9
+    assert all(SHARED_READER_THREAD_NAME not in names for names in reads["taken"].values())
 
 
 def test_a_body_alone_stays_with_its_consumer_however_far_behind_and_busy_ends_with_the_bodies(

@@ -16,10 +16,11 @@ itself: each time it finds its buffer empty, one read whose wait is what its
 own wait may last (``min(idle limit left, budget left)``), so an event reaches
 it as soon as the plain loop's would, with no second thread woken. Once the
 process is busy (more than :data:`SHARED_FROM` bodies open, or :data:`BUSY_FROM`
-open while consumers' reads keep finding more than one event waiting), each
-body moves (at its next read) to the shared reader (:mod:`.engine`), whose one
-thread batches the reads of many sockets: cheaper than that many threads each
-woken per event. A body never moves back.
+open while one consumer in :data:`BEHIND_SHARE` falls behind, its reads finding
+more than one event waiting: counted by consumers, so one fast stream does not
+make a process busy), each body moves (at its next read) to the shared reader
+(:mod:`.engine`), whose one thread batches the reads of many sockets: cheaper
+than that many threads each woken per event. A body never moves back.
 
 Isolation: read by its consumer, a stream's bytes cost only that consumer; on
 the shared reader, each stream's turn is bounded (:data:`~.engine.TURN_BYTES`).
@@ -57,20 +58,23 @@ T = TypeVar("T")
 SHARED_FROM = 128
 BUSY_FROM = 32
 BUSY_WINDOW = 512  # consumers' reads judged at a time
-BEHIND_SHARE = 8  # behind: at least one read in this many found more than one item waiting
+BEHIND_SHARE = 8  # busy: at least one in this many of the consumers that read fell behind
 _open_lock = threading.Lock()
 _open = 0  # bodies open now (started, not ended)
-# The current window's consumer reads, and those that found more than one item: a heuristic,
-# counted without a lock (a lost count on a free-threaded build only delays a judgement).
+# The current window (numbered): its consumer reads, the consumers that read, and those of
+# them that found more than one item waiting at least once. A heuristic, counted without a
+# lock (a lost count on a free-threaded build only delays a judgement).
+_window = 0
 _window_reads = 0
+_window_readers = 0
 _window_behind = 0
 _busy = False  # consumers fell behind in the last window; until fewer than BUSY_FROM are open
 
 
 def _after_fork_in_child() -> None:
-    global _open_lock, _open, _window_reads, _window_behind, _busy
+    global _open_lock, _open, _window_reads, _window_readers, _window_behind, _busy
     _open_lock = threading.Lock()
-    _open = _window_reads = _window_behind = 0  # the parent's bodies are not this process's
+    _open = _window_reads = _window_readers = _window_behind = 0  # the parent's are not ours
     _busy = False
 
 
@@ -80,9 +84,10 @@ def _crowded() -> bool:
 
 
 def _judge_window() -> None:
-    global _window_reads, _window_behind, _busy
-    _busy = _open >= BUSY_FROM and _window_behind * BEHIND_SHARE >= _window_reads
-    _window_reads = _window_behind = 0
+    global _window, _window_reads, _window_readers, _window_behind, _busy
+    _busy = _open >= BUSY_FROM and _window_behind * BEHIND_SHARE >= _window_readers
+    _window += 1
+    _window_reads = _window_readers = _window_behind = 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -145,6 +150,7 @@ class BodyFeed(Generic[T]):
         self._feed: Optional[engine.Feed] = None
         self._counted = False  # in _open
         self._ended = False
+        self._read_in = self._behind_in = -1  # the last windows it read in, and fell behind in
 
     def start(self, channel: FedChannel[T], buffered: Iterable[Optional[bytes]]) -> None:
         """Take the ``buffered`` bytes (those that came with the headers, one read's worth
@@ -194,9 +200,13 @@ class BodyFeed(Generic[T]):
         except (Exception, Cancelled) as exc:  # decoding, framing: its error
             self.end(exc, False)
             return []
-        global _window_reads, _window_behind
+        global _window_reads, _window_readers, _window_behind
         _window_reads += 1
-        if len(items) > 1:
+        if self._read_in != _window:
+            self._read_in = _window
+            _window_readers += 1
+        if len(items) > 1 and self._behind_in != _window:
+            self._behind_in = _window
             _window_behind += 1
         if _window_reads >= BUSY_WINDOW:
             _judge_window()
