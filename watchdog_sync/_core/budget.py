@@ -34,6 +34,7 @@ class _Arming:
 
 
 _ARMING = _Arming()
+_PRUNE_FROM = 16  # a parent's list of children drops its dead from this length on (see _adopt)
 
 # What ending a budget leaves to do outside its lock: the callbacks and the expiry timer.
 _Ended = Optional[Tuple[List[Callable[["Budget"], None]], Optional[Timer]]]
@@ -109,10 +110,10 @@ class Budget:
         self.stage: Optional[str] = stage
         if stage is None and parent is not None:
             self.stage = parent.stage
-        # Made when first needed: most budgets never have a child or a sleeper, and a stream
-        # opens several budgets (a WeakSet and an Event cost more than the rest of a budget).
-        self._children: Optional[weakref.WeakSet[Budget]] = None
-        self._callbacks: List[Callable[[Budget], None]] = []
+        # Made when first needed: most budgets never have a child, a callback or a sleeper,
+        # and a stream opens several budgets, each of whose objects the cyclic GC tracks.
+        self._children: Optional[List[weakref.ref[Budget]]] = None  # see _adopt
+        self._callbacks: Optional[List[Callable[[Budget], None]]] = None
         self._timer: Optional[Timer] = None
         self._done = False
         self._wakeup: Optional[threading.Event] = None
@@ -127,12 +128,27 @@ class Budget:
         self._lock = threading.Lock()
         if parent is not None:
             with parent._lock:
-                if parent._children is None:
-                    parent._children = weakref.WeakSet()
-                parent._children.add(self)
+                parent._adopt(self)
                 if parent._cancel_origin is not None:
                     self._cancel_reason = parent._cancel_reason
                     self._cancel_origin = parent._cancel_origin
+
+    def _adopt(self, child: Budget) -> None:
+        """With the lock held: hold ``child`` weakly, for :meth:`cancel` to reach it.
+
+        A list of weak references, not a ``WeakSet`` (seven objects of its own): the dead
+        are dropped whenever the list's length reaches a power of two from
+        ``_PRUNE_FROM`` on, so a long-lived parent of many short-lived children keeps at
+        most about twice its live children.
+        """
+        children = self._children
+        if children is None:
+            children = self._children = []
+        else:
+            count = len(children)
+            if count >= _PRUNE_FROM and count & (count - 1) == 0:
+                children[:] = [ref for ref in children if ref() is not None]
+        children.append(weakref.ref(child))
 
     # -- reading -------------------------------------------------------------
 
@@ -242,7 +258,7 @@ class Budget:
                     node._wakeup.set()
                 ended = node._end_locked()
                 if node._children is not None:
-                    pending.extend(node._children)
+                    pending.extend(c for c in (ref() for ref in node._children) if c is not None)
             node._run_ended(ended)
 
     def on_done(self, callback: Callable[[Budget], None]) -> Callable[[], None]:
@@ -257,6 +273,8 @@ class Budget:
             if arm:
                 self._timer = _ARMING
             if not ended:
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(callback)
         if ended:
             self._dispatch(callback)
@@ -266,7 +284,7 @@ class Budget:
 
         def unregister() -> None:
             with self._lock:
-                if callback in self._callbacks:
+                if self._callbacks and callback in self._callbacks:
                     self._callbacks.remove(callback)
                 timer = None
                 if not self._callbacks:
@@ -307,7 +325,7 @@ class Budget:
         if self._done:
             return None
         self._done = True
-        callbacks, self._callbacks = self._callbacks, []
+        callbacks, self._callbacks = self._callbacks or [], None
         timer, self._timer = self._timer, None
         return callbacks, timer
 
