@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import socket
 import struct
@@ -173,6 +174,43 @@ def test_consumer_break_releases_the_connection() -> None:
             time.sleep(0.01)  # wait for the server to observe the close (the subject)
     assert seen
     assert stream.stats.ended_by == "closed"
+
+
+def test_a_stream_without_a_session_closes_its_connection_when_it_ends_cleanly() -> None:
+    """Its private session is let go once the head is in (as requests.post does); the
+    connection, held by the response, is closed at the body's end, not left pooled."""
+    seen: List[float] = []
+    counted = threading.Event()
+
+    def complete_then_watch(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0))
+        counted.wait(5)  # the rest once the open stream's sessions were counted
+        for n in range(1, 3):
+            send_body_piece(conn, event(n))
+        end_body(conn)
+        if wait_for_disconnect(conn, stop):
+            seen.append(time.monotonic())
+
+    def sessions() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, ws.Session))
+
+    with RawServer(complete_then_watch) as server:
+        before = sessions()
+        stream = stream_sse(server.url, idle_timeout=5)
+        first = json.loads(next(iter(stream)).data)["n"]
+        open_sessions = sessions()
+        counted.set()
+        assert open_sessions == before  # the stream's own session was let go with the head
+        assert [first, *(json.loads(e.data)["n"] for e in stream)] == [0, 1, 2]
+        ended = time.monotonic()
+        deadline = time.monotonic() + 2
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)  # wait for the server to observe the close (the subject)
+    assert seen and seen[0] - ended < 1.0
+    assert stream.stats.ended_by == "completed"
 
 
 def test_a_stream_dropped_after_a_break_without_close_releases_the_connection() -> None:

@@ -203,10 +203,9 @@ def opener(
                     raise errors.error(exc) from exc
                 except REQUESTS_ERRORS as exc:
                     raise errors.error(exc) from exc
-        except BaseException:
-            if own:
+        finally:
+            if own:  # as requests.post: the response holds its connection (closed at its end)
                 active.close()
-            raise
         current = stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
@@ -221,8 +220,6 @@ def opener(
                 with contextlib.suppress(OSError):
                     sock.settimeout(None)
             response.close()
-            if own:
-                active.close()
             feeds.clear()  # no cycle stays behind (stop -> feeds -> body -> stop)
 
         try:
