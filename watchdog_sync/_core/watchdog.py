@@ -6,6 +6,11 @@ Callbacks run on the watchdog thread, outside its lock; one that raises
 stops the thread, and no wait of the thread is longer than an hour, so a far
 deadline can never overflow the OS wait. The thread is a daemon, started on first
 use, and started again after ``fork()`` in a child that uses it.
+
+At interpreter exit no thread can start (one started then never runs, and
+``Thread.start`` waits for it for ever): if the thread is not running by then, a
+callback due at once runs in the calling thread, and a later one is dropped (it
+could not run before the process ends).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import itertools
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
@@ -61,28 +67,38 @@ class _Watchdog:
         self._cancelled = 0
         self._thread: Optional[threading.Thread] = None
 
-    def _ensure_thread(self) -> None:
-        # Caller holds the lock.
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-            self._thread.start()
+    def _running(self) -> bool:
+        """With the lock held: the thread runs, started if need be; False at interpreter
+        exit, when none can start (see the module's docstring)."""
+        if self._thread is not None and self._thread.is_alive():
+            return True
+        if sys.is_finalizing():
+            return False
+        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        self._thread.start()
+        return True
 
     def call_at(self, when: float, fn: Callable[[], None]) -> TimerHandle:
         if isinstance(when, bool) or not isinstance(when, (int, float)) or math.isnan(when):
             raise ValueError(f"when must be a time on time.monotonic(), got {when!r}")
         handle = TimerHandle(when, fn)
         with self._lock:
-            self._ensure_thread()
-            heapq.heappush(self._heap, (when, next(self._seq), handle))
-            if self._heap[0][2] is handle:
-                self._wake.notify()
+            if self._running():
+                heapq.heappush(self._heap, (when, next(self._seq), handle))
+                if self._heap[0][2] is handle:
+                    self._wake.notify()
+                return handle
+        if when <= time.monotonic():
+            _run_one(handle._take())
         return handle
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         with self._lock:
-            self._ensure_thread()
-            self._ready.append(fn)
-            self._wake.notify()
+            if self._running():
+                self._ready.append(fn)
+                self._wake.notify()
+                return
+        _run_one(fn)
 
     def note_cancelled(self) -> None:
         with self._lock:
@@ -116,15 +132,21 @@ class _Watchdog:
     def _run(self) -> None:
         while True:
             for fn in self._collect():
-                try:
-                    fn()
-                except BaseException:  # a Cancelled or SystemExit too: the thread serves everyone
-                    _log.exception("watchdog_sync: a watchdog callback raised; the thread goes on")
+                _run_one(fn)
 
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._thread = None
+
+
+def _run_one(fn: Optional[Callable[[], None]]) -> None:
+    if fn is None:
+        return
+    try:
+        fn()
+    except BaseException:  # a Cancelled or SystemExit too: the thread serves everyone
+        _log.exception("watchdog_sync: a watchdog callback raised; the thread goes on")
 
 
 _WATCHDOG = _Watchdog()

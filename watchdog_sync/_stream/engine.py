@@ -16,7 +16,10 @@ Supervision: if the reader ends for any reason but running out of streams (a
 held ends at once with ``WatchdogError(reason='stream_reader_failed')``, the
 cause is logged once, and the next stream starts a fresh reader. The thread
 also exits once no stream is left (a new one starts on demand), and a child
-after ``os.fork()`` starts its own.
+after ``os.fork()`` starts its own. At interpreter exit no thread can start (one
+started then never runs, and ``Thread.start`` waits for it for ever): a stream
+finalized then (a partly read stream left in a module's globals, say) ends its
+connection in the finalizing thread instead.
 
 TLS: a non-blocking ``SSLSocket`` raises ``SSLWantReadError`` when a record is
 incomplete, and may hold decrypted bytes (``pending()``) that ``select`` does
@@ -34,6 +37,7 @@ import os
 import selectors
 import socket
 import ssl
+import sys
 import threading
 from typing import Any, Callable, Deque, List, Optional, Set, Tuple
 
@@ -273,6 +277,9 @@ _reader: Optional[_Reader] = None
 
 def add(feed: Feed) -> None:
     """Watch ``feed``'s socket (already non-blocking) on the shared reader."""
+    if sys.is_finalizing():  # no reader can start: the stream ends now
+        feed.end(WatchdogError("the interpreter is exiting", reason="stream_reader_failed"), False)
+        return
     with _lock:  # queued under the lock: a reader on its way out sees it and stays
         reader = _running()
         reader._ops.append(("add", feed))
@@ -281,7 +288,12 @@ def add(feed: Feed) -> None:
 
 def call_soon(fn: Callable[[], None]) -> None:
     """Run ``fn`` on the shared reader's thread, soon: a stopped body's end (its connection
-    let go) off the thread that stopped it, which raises at once."""
+    let go) off the thread that stopped it, which raises at once. At interpreter exit, here
+    and now (see the module's docstring)."""
+    if sys.is_finalizing():
+        with contextlib.suppress(OSError):  # closing a connection
+            fn()
+        return
     with _lock:
         reader = _running()
         reader._calls.append(fn)
