@@ -277,9 +277,6 @@ _reader: Optional[_Reader] = None
 
 def add(feed: Feed) -> None:
     """Watch ``feed``'s socket (already non-blocking) on the shared reader."""
-    if sys.is_finalizing():  # no reader can start: the stream ends now
-        feed.end(WatchdogError("the interpreter is exiting", reason="stream_reader_failed"), False)
-        return
     with _lock:  # queued under the lock: a reader on its way out sees it and stays
         reader = _running()
         reader._ops.append(("add", feed))
