@@ -33,6 +33,13 @@ _OPEN = {
         events = iter(stream)
         print(next(events).data, flush=True)
     """,
+    "ChatClient": """
+        import watchdog_sync as ws
+        client = ws.ChatClient(URL, "key", model="m", idle_timeout=30)
+        stream = client.stream([{"role": "user", "content": "hi"}])
+        events = iter(stream)
+        print(next(events)["choices"][0]["delta"]["content"], flush=True)
+    """,
     "httpx_client": """
         import watchdog_sync as ws
         client = ws.httpx_client(idle_timeout=30)
@@ -64,7 +71,7 @@ def _serve_one_event(disconnects: List[float]) -> RawServer:
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
         send_sse_head(conn)
-        send_body_piece(conn, b'data: {"n": 0}\n\n')
+        send_body_piece(conn, b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n')
         if wait_for_disconnect(conn, stop):
             disconnects.append(time.monotonic())
 
