@@ -85,7 +85,6 @@ def test_a_process_exits_at_once_with_a_stream_left_open(client: str, left: str)
     with _serve_one_event(disconnects) as server:
         script = f"URL = {server.url!r}\nNAMES = {_NAMES!r}\n" + textwrap.dedent(_OPEN[client])
         script += textwrap.dedent(_LEFT[left]) + 'print("exiting", flush=True)\n'
-        started = time.monotonic()
         try:
             done = subprocess.run(
                 [sys.executable, "-c", script],
@@ -95,11 +94,9 @@ def test_a_process_exits_at_once_with_a_stream_left_open(client: str, left: str)
             )
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"the process did not exit within {_EXIT_LIMIT:g} s: {exc.stdout!r}")
-        took = time.monotonic() - started
         limit = time.monotonic() + 2
         while not disconnects and time.monotonic() < limit:
             time.sleep(0.01)  # wait for the server to observe the close (the subject)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[-2] == "exiting"
     assert disconnects, "the server never saw the connection close"
-    assert took < _EXIT_LIMIT

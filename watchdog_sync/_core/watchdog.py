@@ -7,10 +7,9 @@ stops the thread, and no wait of the thread is longer than an hour, so a far
 deadline can never overflow the OS wait. The thread is a daemon, started on first
 use, and started again after ``fork()`` in a child that uses it.
 
-At interpreter exit no thread can start (one started then never runs, and
-``Thread.start`` waits for it for ever): if the thread is not running by then, a
-callback due at once runs in the calling thread, and a later one is dropped (it
-could not run before the process ends).
+At interpreter exit, when no thread can start (:mod:`.threads`): if the thread is
+not running by then, a callback due at once runs in the calling thread, and a later
+one is dropped (it could not run before the process ends).
 """
 
 from __future__ import annotations
@@ -20,10 +19,11 @@ import itertools
 import logging
 import math
 import os
-import sys
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
+
+from .threads import threads_can_start
 
 __all__ = ["THREAD_NAME", "TimerHandle", "call_at", "call_soon"]
 
@@ -69,10 +69,10 @@ class _Watchdog:
 
     def _running(self) -> bool:
         """With the lock held: the thread runs, started if need be; False at interpreter
-        exit, when none can start (see the module's docstring)."""
+        exit, when none can start."""
         if self._thread is not None and self._thread.is_alive():
             return True
-        if sys.is_finalizing():
+        if not threads_can_start():
             return False
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
         self._thread.start()
@@ -89,7 +89,7 @@ class _Watchdog:
                     self._wake.notify()
                 return handle
         if when <= time.monotonic():
-            _run_one(handle._take())
+            _run_one(fn)
         return handle
 
     def call_soon(self, fn: Callable[[], None]) -> None:
@@ -140,9 +140,7 @@ class _Watchdog:
         self._thread = None
 
 
-def _run_one(fn: Optional[Callable[[], None]]) -> None:
-    if fn is None:
-        return
+def _run_one(fn: Callable[[], None]) -> None:
     try:
         fn()
     except BaseException:  # a Cancelled or SystemExit too: the thread serves everyone

@@ -16,10 +16,9 @@ Supervision: if the reader ends for any reason but running out of streams (a
 held ends at once with ``WatchdogError(reason='stream_reader_failed')``, the
 cause is logged once, and the next stream starts a fresh reader. The thread
 also exits once no stream is left (a new one starts on demand), and a child
-after ``os.fork()`` starts its own. At interpreter exit no thread can start (one
-started then never runs, and ``Thread.start`` waits for it for ever): a stream
-finalized then (a partly read stream left in a module's globals, say) ends its
-connection in the finalizing thread instead.
+after ``os.fork()`` starts its own. At interpreter exit, when no thread can start
+(:mod:`.._core.threads`), a stream finalized then ends its connection in the
+finalizing thread instead.
 
 TLS: a non-blocking ``SSLSocket`` raises ``SSLWantReadError`` when a record is
 incomplete, and may hold decrypted bytes (``pending()``) that ``select`` does
@@ -37,11 +36,11 @@ import os
 import selectors
 import socket
 import ssl
-import sys
 import threading
 from typing import Any, Callable, Deque, List, Optional, Set, Tuple
 
 from .._core.errors import Cancelled, WatchdogError
+from .._core.threads import threads_can_start
 from .socket_read import READ_SIZE, WOULD_BLOCK
 
 _log = logging.getLogger("watchdog_sync")
@@ -109,13 +108,7 @@ class _Reader:
 
     def _run_calls(self) -> None:
         while self._calls:  # only this thread pops
-            fn = self._calls.popleft()
-            try:
-                fn()
-            except OSError:  # closing a connection; anything else is a bug the reader's end reports
-                _log.exception(
-                    "watchdog_sync: ending a stream on the shared reader raised; ignored"
-                )
+            _run_call(self._calls.popleft())
 
     def _run(self) -> None:
         try:
@@ -271,6 +264,13 @@ class _Reader:
             _log.exception("watchdog_sync: ending a stream on the shared reader raised; ignored")
 
 
+def _run_call(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except OSError:  # closing a connection; anything else is a bug the reader's end reports
+        _log.exception("watchdog_sync: ending a stream on the shared reader raised; ignored")
+
+
 _lock = threading.Lock()
 _reader: Optional[_Reader] = None
 
@@ -287,9 +287,8 @@ def call_soon(fn: Callable[[], None]) -> None:
     """Run ``fn`` on the shared reader's thread, soon: a stopped body's end (its connection
     let go) off the thread that stopped it, which raises at once. At interpreter exit, here
     and now (see the module's docstring)."""
-    if sys.is_finalizing():
-        with contextlib.suppress(OSError):  # closing a connection
-            fn()
+    if not threads_can_start():
+        _run_call(fn)
         return
     with _lock:
         reader = _running()
