@@ -16,6 +16,11 @@ same steps around urllib3's own methods). The steps:
 * :func:`connected`: the socket that connect() left (TLS replaces the object)
   is told to the guard.
 
+A stream's first-event limit bounds the response head too: inside
+:func:`head_until`, the guard shuts the request's sockets at that moment unless the
+final response's head is in by then (every redirect hop and interim response
+included), and the request raises ``requests.ReadTimeout``, as a silent head does.
+
 When the budget ends, the shared watchdog thread shuts every registered socket
 from outside (``shutdown(SHUT_RDWR)``, which wakes a blocked ``recv``;
 ``close()`` alone does not). The registration lives exactly as long as the
@@ -30,12 +35,13 @@ import contextvars
 import math
 import socket
 import threading
-from typing import Any, Callable, List, NoReturn, Optional
+from typing import Any, Callable, Iterator, List, NoReturn, Optional
 
 from urllib3.exceptions import ConnectTimeoutError
 from urllib3.util import Timeout
 
 from .._core.budget import Budget, _noop
+from .._core.clock import MONOTONIC, Timer
 from .._core.scope import boundary
 from .resolve import is_ip_literal, resolve_bounded
 from .shutter import SocketSet
@@ -45,11 +51,13 @@ __all__ = [
     "ACTIVE_GUARD",
     "FLOOR",
     "GUARD_ATTR",
+    "HEAD_UNTIL",
     "ConnectionGuard",
     "checked_in",
     "checked_out",
     "clip_timeout",
     "connected",
+    "head_until",
     "open_socket",
     "raise_budget_end",
     "tunnel",
@@ -83,6 +91,29 @@ class ConnectionGuard:
         self._connections: List[Any] = []
         self._request_done = False
         self._unregister = budget.on_done(self._fire)
+        self._head_timer: Optional[Timer] = None
+        self._head_in = False
+        self.head_timed_out = False  # the head was not in by its limit: its sockets were shut
+
+    def bound_head(self, until: float) -> None:
+        """Shut the request's sockets at ``until`` (monotonic seconds) unless :meth:`head_in`
+        was called by then."""
+        self._head_timer = MONOTONIC.call_at(until, self._head_due)
+
+    def head_in(self) -> None:
+        """The request returned (the final response's head is in) or failed: disarm."""
+        with self._lock:
+            self._head_in = True
+            timer, self._head_timer = self._head_timer, None
+        if timer is not None:
+            timer.cancel()
+
+    def _head_due(self) -> None:
+        with self._lock:
+            if self._head_in:
+                return
+            self.head_timed_out = True
+        self._sockets.shut()
 
     def attach(self, conn: Any) -> None:
         with self._lock:
@@ -198,6 +229,20 @@ def clip_timeout(timeout: Any, remaining: float) -> Any:
 ACTIVE_GUARD: contextvars.ContextVar[Optional[ConnectionGuard]] = contextvars.ContextVar(
     "watchdog_sync_connection_guard", default=None
 )
+HEAD_UNTIL: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar(
+    "watchdog_sync_head_until", default=None
+)
+
+
+@contextlib.contextmanager
+def head_until(until: Optional[float]) -> Iterator[None]:
+    """Requests sent inside must have their final response's head by ``until`` (monotonic
+    seconds; ``None``: no such limit): a stream's first-event limit."""
+    token = HEAD_UNTIL.set(until)
+    try:
+        yield
+    finally:
+        HEAD_UNTIL.reset(token)
 
 
 # -- the steps, called by Session's subclasses and by instrument()'s patches -------------

@@ -23,7 +23,8 @@ shared with :func:`instrument`'s patches of urllib3 itself.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import http.client
+from typing import Any, Optional, Type
 
 import requests
 import requests.adapters
@@ -34,7 +35,8 @@ from .._core.budget import Budget
 from .._core.scope import boundary, joined_budget
 from . import guard as _guard
 from . import propagation as _propagation
-from .guard import ACTIVE_GUARD, ConnectionGuard, clip_timeout
+from .guard import ACTIVE_GUARD, HEAD_UNTIL, ConnectionGuard, clip_timeout
+from .interim import FinalResponse
 from .redirect import same_origin, strip_credentials
 from .streamed import bound_body
 
@@ -42,10 +44,12 @@ __all__ = ["Session"]
 
 
 class _GuardedConnectionMixin:
-    """Resolves names within the connect timeout, bounds a proxy tunnel's reply by it, and
-    tells the guard about each socket as soon as it exists (the steps of ``guard.py``)."""
+    """Resolves names within the connect timeout, bounds a proxy tunnel's reply by it,
+    tells the guard about each socket as soon as it exists (the steps of ``guard.py``), and
+    reads past interim (1xx) responses to the final one (``interim.py``)."""
 
     _watchdog_sync_guarded = True  # instrument()'s patches leave these classes to themselves
+    response_class: Type[http.client.HTTPResponse] = FinalResponse
 
     def _new_conn(self) -> Any:
         return _guard.open_socket(self, super()._new_conn)  # type: ignore[misc]
@@ -116,7 +120,8 @@ class Session(requests.Session):
     are clipped to the time left, and when the budget ends the socket is shut
     down from outside, so even a body that drips one byte a second stops at
     the deadline. urllib3-level retries are off (retries belong to
-    :func:`retry_call`).
+    :func:`retry_call`). Interim responses (``103 Early Hints``, ``102``) are read
+    past to the final one, as ``100 Continue`` always was.
 
     On timeout or cancel: inside a ``deadline()`` scope the request raises
     :class:`Cancelled`, which the scope turns into :class:`DeadlineExceeded`
@@ -179,19 +184,25 @@ class Session(requests.Session):
                 kwargs["timeout"] = clip_timeout(kwargs.get("timeout"), budget.remaining())
                 token = ACTIVE_GUARD.set(guard)
                 first_send = _propagation.begin_request()  # which origin its hops may tell
+                until = HEAD_UNTIL.get()
+                if until is not None:
+                    guard.bound_head(until)
                 try:
                     response = super().request(method, url, *args, **kwargs)
                     answered = True
                 except requests.RequestException:
                     if guard.fired or budget.expired:
                         budget.check()  # the budget's end caused it: say so
+                        _raise_if_head_late(guard)
                     raise
                 finally:
+                    guard.head_in()
                     _propagation.end_request(first_send)
                     ACTIVE_GUARD.reset(token)
                 if guard.fired:
                     response.close()
                     budget.check()
+                    _raise_if_head_late(guard)
         finally:
             guard.request_finished(answered=answered)
         if kwargs.get("stream"):
@@ -207,3 +218,10 @@ class Session(requests.Session):
                     request, allowed, None if guard is None else guard.budget, self.budget
                 )
             return super().send(request, **kwargs)
+
+
+def _raise_if_head_late(guard: ConnectionGuard) -> None:
+    if guard.head_timed_out:
+        raise requests.ReadTimeout(
+            "the response head did not come within the stream's first-event limit"
+        ) from None

@@ -22,6 +22,7 @@ from .._core.budget import Budget
 from .._core.errors import StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
 from .._core.scope import using_budget
+from .._http.guard import head_until
 from .._http.http import Session
 from .._http.redirect import FOLLOWED_METHODS, is_redirect
 from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
@@ -177,14 +178,15 @@ def opener(
         own = session is None
         active = Session() if session is None else session
         follow = str(method).upper() in FOLLOWED_METHODS
-        # The first-event limit bounds the connect and the wait for the headers too: this
-        # runs in the consumer's thread, which must be back by then.
+        # The first-event limit bounds the connect and the whole response head too (a head
+        # that drips, or interim responses that keep coming): this runs in the consumer's
+        # thread, which must be back by then.
         left = channel.first_item_left()
         read = None if left is None else max(0.001, left)
         first_cuts_connect = read is not None and (connect is None or read < connect)
         connect_limit = read if first_cuts_connect else connect
         try:
-            with using_budget(abort):
+            with using_budget(abort), head_until(None if read is None else time.monotonic() + read):
                 try:
                     response = active.request(
                         method,
