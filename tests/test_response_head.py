@@ -13,6 +13,7 @@ import json
 import socket
 import threading
 import time
+from types import SimpleNamespace
 from typing import Iterator, List
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .internals import MONOTONIC, _ConnectionGuard
 from .rawserver import RawServer, read_request_head
 from .waiting import wait_for
 
@@ -153,3 +155,36 @@ def test_a_head_in_by_the_limit_leaves_the_stream_to_run_past_it() -> None:
         events = [e.data for e in ws.stream_sse(server.url, idle_timeout=LIMIT)]
     assert events == [str(n) for n in range(8)]
     assert time.monotonic() - started > 2 * LIMIT
+
+
+@pytest.mark.parametrize("head_came", [False, True])
+def test_the_head_limit_shuts_the_requests_socket_only_while_the_head_is_awaited(
+    head_came: bool,
+) -> None:
+    """Due with the head still awaited, the limit shuts the request's socket; once the head
+    is in (``head_in``), the same limit falling due leaves the socket, now the body's, alone.
+    A marker scheduled just after the limit on the watchdog thread, which runs its callbacks
+    in deadline order, says when the limit has been handled."""
+    mine, theirs = socket.socketpair()
+    try:
+        guard = _ConnectionGuard(ws.Budget(), None, lambda: None)
+        guard.attach(SimpleNamespace(sock=mine))
+        due = time.monotonic() + 0.05
+        guard.bound_head(due)
+        if head_came:
+            guard.head_in()
+        handled = threading.Event()
+        MONOTONIC.call_at(due + 0.01, handled.set)
+        assert handled.wait(5)
+        assert (guard.head_timed_out, guard.fired) == (not head_came, not head_came)
+        theirs.settimeout(5)
+        if head_came:
+            mine.sendall(b"x")
+            assert theirs.recv(1) == b"x"  # still connected both ways
+        else:
+            assert theirs.recv(1) == b""  # shut: the peer reads the end
+        guard.head_in()
+        guard.request_finished(answered=False)
+    finally:
+        mine.close()
+        theirs.close()

@@ -109,11 +109,11 @@ class ConnectionGuard:
             timer.cancel()
 
     def _head_due(self) -> None:
-        with self._lock:
+        with self._lock:  # held while shutting: once head_in() returned, no shutdown comes
             if self._head_in:
                 return
             self.head_timed_out = True
-        self._sockets.shut()
+            self._sockets.shut()
 
     def attach(self, conn: Any) -> None:
         with self._lock:
