@@ -41,13 +41,16 @@ def _sleep_then_exit() -> None:
 
 
 def _start_daemon(pid_file: Path) -> None:
-    """The classic double fork: a new session, the middle process exits, the daemon stays."""
-    if os.fork() == 0:
+    """The classic double fork: a new session, the middle process exits (and is reaped, so
+    that it is never counted among what the sample left running), the daemon stays."""
+    middle = os.fork()
+    if middle == 0:
         os.setsid()
         if os.fork() == 0:
             pid_file.write_text(str(os.getpid()))
             _sleep_then_exit()
         os._exit(0)
+    os.waitpid(middle, 0)
 
 
 def start_children(directory: str, then: str) -> int:
