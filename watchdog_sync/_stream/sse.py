@@ -250,7 +250,7 @@ def open_sse(
     try:
         with event_fields(**({} if mark is None else mark.fields())):  # the stream's context
             guarded: GuardedStream[Any] = fed_stream(
-                sse_feed.opener(
+                sse_feed.Opener(
                     session=session,
                     method=method,
                     url=url,

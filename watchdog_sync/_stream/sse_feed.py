@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import io
+import socket
 import ssl
 import time
 from typing import Any, Callable, Iterator, List, Mapping, Optional
@@ -38,7 +39,7 @@ _ERROR_BODY_LIMIT = 4096
 _FIRST_READ = max(READ_SIZE, io.DEFAULT_BUFFER_SIZE)  # http.client's buffer, whole
 _PLAIN = Translator()
 
-__all__ = ["opener"]
+__all__ = ["Opener"]
 
 
 def _check_response(response: requests.Response, method: str, translator: Translator) -> None:
@@ -91,56 +92,58 @@ def _http_response(response: requests.Response) -> http.client.HTTPResponse:
 class _HTTPClientFraming:
     """A body under http.client: chunked, sized or close-delimited, decoded by us."""
 
+    __slots__ = ("_decoder", "_request", "_response", "_sock")
+
     def __init__(
         self,
         decoder: FramingDecoder,
-        abort: Budget,
-        errors: Any,
-        truncated: Callable[[], bool],
-        stream_ref: Callable[[], Any],
-        release: Callable[[], None],
+        request: Opener,
+        response: requests.Response,
+        sock: Optional[socket.socket],
     ) -> None:
         self._decoder = decoder
-        self._abort = abort
-        self._errors = errors
-        self._truncated = truncated
-        self._stream_ref = stream_ref
-        self._release = release
+        self._request = request
+        self._response = response
+        self._sock = sock  # made non-blocking for the body reader
 
     @property
     def done(self) -> bool:
         return self._decoder.done
 
     def check(self) -> None:
-        self._abort.check()  # stopped from outside: nothing more is parsed
+        self._request.abort.check()  # stopped from outside: nothing more is parsed
 
     def payload(self, data: Optional[bytes]) -> bytes:
         assert data is not None
         return self._decoder.feed(data)  # broken framing: an HTTPException, see outcome()
 
     def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
+        request = self._request
         if isinstance(
             error, (OSError, http.client.HTTPException, UnicodeDecodeError)
         ) and not isinstance(error, WatchdogError):
             # A foreign read, framing or decoding error (ours, a TransportError, is an
             # OSError too).
-            self._abort.check()  # our own shutdown caused it: the budget's end, not a reset
-            cause, error = error, self._errors.error(error)
+            request.abort.check()  # our own shutdown caused it: the budget's end, not a reset
+            cause, error = error, request.errors.error(error)
             error.__cause__ = cause
         elif error is None:
-            self._abort.check()  # an EOF caused by our own shutdown is not a clean end
+            request.abort.check()  # an EOF caused by our own shutdown is not a clean end
             if eof:
                 try:
                     self._decoder.eof()
                 except http.client.HTTPException as exc:
-                    return self._errors.error(exc)  # type: ignore[no-any-return]
-            current = self._stream_ref()
+                    return request.errors.error(exc)  # type: ignore[no-any-return]
+            current = request.stream_ref()
             if current is not None:
-                current.truncated = self._truncated()
+                current.truncated = request.framer.truncated()
         return error
 
     def release(self, clean: bool) -> None:
-        self._release()
+        if self._sock is not None:  # blocking again, as urllib3 pools its sockets
+            with contextlib.suppress(OSError):
+                self._sock.settimeout(None)
+        self._request.let_go(self._response)
 
 
 def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Iterator[bytes]:
@@ -160,85 +163,117 @@ def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Ite
         yield data
 
 
-def opener(
-    *,
-    session: Optional[Session],
-    method: str,
-    url: str,
-    body: Any,
-    headers: Mapping[str, str],
-    connect: Optional[float],
-    errors: Any,
-    framer: EventFramer,
-    stream_ref: Callable[[], Any],
-    abort: Budget,
-    feeds: List[BodyFeed[Any]],
-) -> Callable[[FedChannel[Any]], None]:
-    def open_(channel: FedChannel[Any]) -> None:
-        own = session is None
-        active = Session() if session is None else session
-        follow = str(method).upper() in FOLLOWED_METHODS
-        # The first-event limit bounds the connect and the whole response head too (a head
-        # that drips, or interim responses that keep coming): this runs in the consumer's
-        # thread, which must be back by then.
-        left = channel.first_item_left()
-        read = None if left is None else max(0.001, left)
-        first_cuts_connect = read is not None and (connect is None or read < connect)
-        connect_limit = read if first_cuts_connect else connect
-        try:
-            with using_budget(abort), head_until(None if read is None else time.monotonic() + read):
-                try:
-                    response = active.request(
-                        method,
-                        url,
-                        json=body,
-                        headers=headers,
-                        stream=True,
-                        timeout=(connect_limit, read),
-                        allow_redirects=follow,
-                    )
-                except requests.ReadTimeout:
-                    raise OpenTimedOut() from None
-                except requests.ConnectTimeout as exc:
-                    if first_cuts_connect:
-                        raise OpenTimedOut() from None
-                    raise errors.error(exc) from exc
-                except REQUESTS_ERRORS as exc:
-                    raise errors.error(exc) from exc
-        finally:
-            if own:  # as requests.post: the response holds its connection (closed at its end)
-                active.close()
-        current = stream_ref()
+class Opener:
+    """``stream_sse``'s request, sent by the :class:`~.fed.FedChannel` in the consumer's
+    thread at its first ``next()``; its body then goes to the one body reader.
+
+    Bounded by the connect limit, the first-event limit (the whole response head
+    included) and ``abort``, the stream's budget, whose end (a stop, the deadline)
+    shuts the connection from outside.
+    """
+
+    __slots__ = (
+        "abort",
+        "body",
+        "connect",
+        "errors",
+        "feeds",
+        "framer",
+        "headers",
+        "method",
+        "session",
+        "stream_ref",
+        "url",
+    )
+
+    def __init__(
+        self,
+        *,
+        session: Optional[Session],
+        method: str,
+        url: str,
+        body: Any,
+        headers: Mapping[str, str],
+        connect: Optional[float],
+        errors: Any,
+        framer: EventFramer,
+        stream_ref: Callable[[], Any],
+        abort: Budget,
+        feeds: List[BodyFeed[Any]],
+    ) -> None:
+        self.session = session
+        self.method = method
+        self.url = url
+        self.body = body
+        self.headers = headers
+        self.connect = connect
+        self.errors = errors
+        self.framer = framer
+        self.stream_ref = stream_ref
+        self.abort = abort
+        self.feeds = feeds  # the stream's stop() kicks the body found here
+
+    def __call__(self, channel: FedChannel[Any]) -> None:
+        response = self._send(channel.first_item_left())
+        current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
             current.status = response.status_code
             current.headers = dict(response.headers)
         del current
-
-        made_non_blocking: List[Any] = []
-
-        def release() -> None:
-            for sock in made_non_blocking:  # blocking again, as urllib3 pools its sockets
-                with contextlib.suppress(OSError):
-                    sock.settimeout(None)
-            response.close()
-            feeds.clear()  # no cycle stays behind (stop -> feeds -> body -> stop)
-
+        sock = None
         try:
-            _check_response(response, method, errors)
+            _check_response(response, self.method, self.errors)
             raw = _http_response(response)
             sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
-            framing = _HTTPClientFraming(
-                decoder_for(raw), abort, errors, lambda: framer.truncated(), stream_ref, release
-            )
             if sock is not None:
                 sock.settimeout(0)
-                made_non_blocking.append(sock)
-            fed: BodyFeed[Any] = BodyFeed(sock, framing, framer, is_activity, parse_events)
-            feeds.append(fed)
-            fed.start(channel, _buffered(raw, framing))
+            framing = _HTTPClientFraming(decoder_for(raw), self, response, sock)
+            fed: BodyFeed[Any] = BodyFeed(sock, framing, self.framer, is_activity, parse_events)
+            self.feeds.append(fed)
+            fed.start(channel, _buffered(raw, framing))  # on an error, the body ends itself
         except BaseException:
-            release()
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.settimeout(None)
+            self.let_go(response)
             raise
 
-    return open_
+    def _send(self, left: Optional[float]) -> requests.Response:
+        """The request, up to its response's head. ``left``: seconds of the first-event
+        limit, which bounds the connect and the whole head too (a head that drips, or
+        interim responses that keep coming): the consumer must be back by then."""
+        read = None if left is None else max(0.001, left)
+        connect = self.connect
+        first_cuts_connect = read is not None and (connect is None or read < connect)
+        own = self.session is None
+        session = Session() if self.session is None else self.session
+        try:
+            with (
+                using_budget(self.abort),
+                head_until(None if read is None else time.monotonic() + read),
+            ):
+                return session.request(
+                    self.method,
+                    self.url,
+                    json=self.body,
+                    headers=self.headers,
+                    stream=True,
+                    timeout=(read if first_cuts_connect else connect, read),
+                    allow_redirects=str(self.method).upper() in FOLLOWED_METHODS,
+                )
+        except requests.ReadTimeout:
+            raise OpenTimedOut() from None
+        except requests.ConnectTimeout as exc:
+            if first_cuts_connect:
+                raise OpenTimedOut() from None
+            raise self.errors.error(exc) from exc
+        except REQUESTS_ERRORS as exc:
+            raise self.errors.error(exc) from exc
+        finally:
+            if own:  # as requests.post: the response holds its connection (closed at its end)
+                session.close()
+
+    def let_go(self, response: requests.Response) -> None:
+        response.close()
+        self.feeds.clear()  # no cycle stays behind (stop -> feeds -> body -> stop)
