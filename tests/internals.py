@@ -12,6 +12,7 @@ from watchdog_sync._cli.demo import SCENARIOS, run_demo
 from watchdog_sync._cli.probe import suggest_idle_timeout
 from watchdog_sync._core import config as config_module
 from watchdog_sync._core import redact as redact_module
+from watchdog_sync._core import watchdog as watchdog_module
 from watchdog_sync._core.clock import MONOTONIC
 from watchdog_sync._core.config import env_int, env_seconds
 from watchdog_sync._core.durations import validate_duration
@@ -135,6 +136,7 @@ __all__ = [
     "run_carried",
     "run_demo",
     "sample_preload_module",
+    "watchdog_module",
     "seconds_left",
     "shared_reader_lock",
     "error_event",

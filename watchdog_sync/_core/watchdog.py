@@ -47,10 +47,12 @@ class TimerHandle:
         self.cancelled = False
 
     def cancel(self) -> None:
+        """Takes no lock: many threads cancel at once (a hundred streams whose heads came
+        together), and a lock every one of them takes became a convoy under the GIL."""
         if not self.cancelled:
             self.cancelled = True
             self._fn = None
-            _WATCHDOG.note_cancelled()
+            _WATCHDOG._cancelled += 1  # a count for compaction only: a lost one just delays it
 
     def _take(self) -> Optional[Callable[[], None]]:
         fn, self._fn = self._fn, None
@@ -64,7 +66,7 @@ class _Watchdog:
         self._heap: List[Tuple[float, int, TimerHandle]] = []
         self._ready: List[Callable[[], None]] = []
         self._seq = itertools.count()
-        self._cancelled = 0
+        self._cancelled = 0  # timers cancelled since the last compaction, counted without the lock
         self._thread: Optional[threading.Thread] = None
 
     def _running(self) -> bool:
@@ -84,6 +86,7 @@ class _Watchdog:
         handle = TimerHandle(when, fn)
         with self._lock:
             if self._running():
+                self._compact_if_mostly_dead()
                 heapq.heappush(self._heap, (when, next(self._seq), handle))
                 if self._heap[0][2] is handle:
                     self._wake.notify()
@@ -100,14 +103,13 @@ class _Watchdog:
                 return
         _run_one(fn)
 
-    def note_cancelled(self) -> None:
-        with self._lock:
-            self._cancelled += 1
-            # Compact when most of the heap is dead, so cancelled timers never pile up.
-            if self._cancelled > 64 and self._cancelled * 2 > len(self._heap):
-                self._heap = [entry for entry in self._heap if not entry[2].cancelled]
-                heapq.heapify(self._heap)
-                self._cancelled = 0
+    def _compact_if_mostly_dead(self) -> None:
+        """With the lock held, before a push: drop the cancelled timers once they are most of
+        the heap, so that they never pile up (the heap grows only by pushes)."""
+        if self._cancelled > 64 and self._cancelled * 2 > len(self._heap):
+            self._cancelled = 0
+            self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+            heapq.heapify(self._heap)
 
     def _collect(self) -> List[Callable[[], None]]:
         """Wait until something is due; return the callbacks to run (lock held inside)."""
