@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import List
 
 import pytest
 
@@ -37,3 +38,32 @@ def test_cancelled_timers_are_dropped_from_the_heap_and_live_ones_still_run() ->
     MONOTONIC.call_at(far, lambda: None).cancel()  # the next push compacts
     assert len(watchdog_module._WATCHDOG._heap) < 1_000
     assert fired.wait(5)
+
+
+def test_timers_scheduled_at_once_from_many_threads_all_run_in_time_order() -> None:
+    start = time.monotonic()
+    ran: List[float] = []
+    done = threading.Event()
+    count = 8 * 200
+    lock = threading.Lock()
+
+    def schedule(offset: int) -> None:
+        for i in range(200):
+            when = start + 0.5 + ((offset + i * 8) % 50) / 1000  # all scheduled by then
+
+            def record(when: float = when) -> None:
+                with lock:
+                    ran.append(when)
+                    if len(ran) == count:
+                        done.set()
+
+            MONOTONIC.call_at(when, record)
+
+    threads = [threading.Thread(target=schedule, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert done.wait(5)
+    assert ran == sorted(ran)
+    assert time.monotonic() - start < 5
