@@ -1,4 +1,6 @@
-"""A stream's end is never held up by the lock that starts and stops the shared reader.
+"""A stream's end is never held up by the lock that starts and stops the shared reader, nor
+a stream's move to the shared reader by a new reader's start; a reader that cannot start
+ends what was queued for it, and the next stream makes a fresh one.
 
 When N idle limits fall due together (a provider that stalls every stream at once), each
 consumer's ``on_timeout`` kicks its feed; a kick that took that lock queued the N consumers
@@ -11,15 +13,16 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import List
+from typing import List, Optional
 
 import pytest
 
 import watchdog_sync as ws
 from watchdog_sync import stream_sse
 
-from .internals import shared_reader_lock
+from .internals import SHARED_READER_THREAD_NAME, Feed, add_feed, shared_reader_lock
 from .rawserver import SSE_HEAD, RawServer, chunk, read_request_head, wait_for_disconnect
+from .waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("shared_reader")]
 
@@ -58,3 +61,107 @@ def test_an_idle_timeout_reaches_its_caller_while_the_shared_readers_lock_is_hel
     assert on_time, "the idle timeout waited for the shared reader's lock"
     assert len(outcome) == 1
     assert _IDLE <= outcome[0][1] < _IDLE + 1.0  # type: ignore[index]
+
+
+def test_a_stream_moved_to_a_starting_reader_does_not_wait_for_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # In a burst of opens the first body to move started the reader under the lock; the
+    # start waits for the new thread to run (for the GIL, among 300 threads), and every other
+    # body queued on the lock meanwhile (scale.py N = 300: 69 ms an add, 177 ms at most).
+    def reader_threads() -> List[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == SHARED_READER_THREAD_NAME]
+
+    assert wait_for(lambda: not reader_threads(), 5)  # the next body makes a fresh reader
+    starting, released = threading.Event(), threading.Event()
+    original_start = threading.Thread.start
+
+    def slow_start(thread: threading.Thread) -> None:
+        if thread.name == SHARED_READER_THREAD_NAME and not released.is_set():
+            starting.set()
+            released.wait(10)  # as a start waiting for the GIL
+        original_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    pairs = [socket.socketpair() for _ in range(2)]
+    taken: List[bytes] = []
+    ended: List[Optional[BaseException]] = []
+
+    def feed_of(sock: socket.socket) -> Feed:
+        sock.setblocking(False)
+        return Feed(
+            sock,
+            lambda data: taken.append(data) or True,
+            lambda e, eof: ended.append(e),
+            lambda: None,
+        )
+
+    try:
+        first = threading.Thread(target=add_feed, args=(feed_of(pairs[0][0]),))
+        first.start()
+        assert starting.wait(5)
+        second = threading.Thread(target=add_feed, args=(feed_of(pairs[1][0]),))
+        second.start()
+        second.join(2)
+        added_while_starting = not second.is_alive()
+        released.set()
+        first.join(5)
+        second.join(5)
+        assert added_while_starting, "the add waited for the new reader's start"
+        for _, theirs in pairs:
+            theirs.sendall(b"x")
+        assert wait_for(lambda: len(taken) == 2, 5)  # the reader serves both once it runs
+    finally:
+        released.set()
+        for _, theirs in pairs:
+            theirs.close()
+        assert wait_for(lambda: len(ended) == 2, 5)
+        for ours, _ in pairs:
+            ours.close()
+
+
+def test_a_reader_that_cannot_start_ends_its_streams_and_the_next_gets_a_fresh_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert wait_for(
+        lambda: not any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate()), 5
+    )
+    original_start = threading.Thread.start
+    refused: List[threading.Thread] = []
+
+    def refuse_once(thread: threading.Thread) -> None:
+        if thread.name == SHARED_READER_THREAD_NAME and not refused:
+            refused.append(thread)
+            raise RuntimeError("can't start new thread")
+        original_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse_once)
+    pairs = [socket.socketpair() for _ in range(2)]
+    taken: List[bytes] = []
+    ended: List[Optional[BaseException]] = []
+    feeds = []
+    for ours, _ in pairs:
+        ours.setblocking(False)
+        feeds.append(
+            Feed(
+                ours,
+                lambda data: taken.append(data) or True,
+                lambda e, eof: ended.append(e),
+                lambda: None,
+            )
+        )
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            add_feed(feeds[0])
+        assert len(ended) == 1 and isinstance(ended[0], ws.WatchdogError)
+        assert ended[0].reason == "stream_reader_failed"
+        assert any("shared stream reader stopped" in r.getMessage() for r in caplog.records)
+        add_feed(feeds[1])  # a fresh reader
+        pairs[1][1].sendall(b"x")
+        assert wait_for(lambda: taken == [b"x"], 5)
+    finally:
+        for _, theirs in pairs:
+            theirs.close()
+        assert wait_for(lambda: len(ended) == 2, 5)
+        for ours, _ in pairs:
+            ours.close()
