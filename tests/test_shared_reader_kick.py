@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import pytest
 
@@ -63,105 +63,108 @@ def test_an_idle_timeout_reaches_its_caller_while_the_shared_readers_lock_is_hel
     assert _IDLE <= outcome[0][1] < _IDLE + 1.0  # type: ignore[index]
 
 
+class _SocketFeeds:
+    """Two feeds over socket pairs, not yet added: what each took, how each ended; on exit
+    the peers close, both feeds must have ended, and our sides close."""
+
+    def __init__(self) -> None:
+        self.pairs = [socket.socketpair() for _ in range(2)]
+        self.taken: List[bytes] = []
+        self.ended: List[Optional[BaseException]] = []
+        self.feeds = [self._feed(ours) for ours, _ in self.pairs]
+
+    def _feed(self, sock: socket.socket) -> Feed:
+        sock.setblocking(False)
+        return Feed(
+            sock,
+            self._take,
+            lambda error, eof: self.ended.append(error),
+            lambda: None,
+        )
+
+    def _take(self, data: bytes) -> bool:
+        self.taken.append(data)
+        return True
+
+    def send(self, which: int) -> None:
+        self.pairs[which][1].sendall(b"x")
+
+    def __enter__(self) -> _SocketFeeds:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for _, theirs in self.pairs:
+            theirs.close()
+        assert wait_for(lambda: len(self.ended) == 2, 5)
+        for ours, _ in self.pairs:
+            ours.close()
+
+
+def _patch_the_readers_start(monkeypatch: pytest.MonkeyPatch, before: Callable[[], None]) -> None:
+    """``before()`` runs as a new shared reader's thread is started, once no reader runs."""
+    assert wait_for(
+        lambda: not any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate()), 5
+    )  # the next feed makes a fresh reader
+    original_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == SHARED_READER_THREAD_NAME:
+            before()
+        original_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+
 def test_a_stream_moved_to_a_starting_reader_does_not_wait_for_its_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # In a burst of opens the first body to move started the reader under the lock; the
     # start waits for the new thread to run (for the GIL, among 300 threads), and every other
     # body queued on the lock meanwhile (scale.py N = 300: 69 ms an add, 177 ms at most).
-    def reader_threads() -> List[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name == SHARED_READER_THREAD_NAME]
-
-    assert wait_for(lambda: not reader_threads(), 5)  # the next body makes a fresh reader
     starting, released = threading.Event(), threading.Event()
-    original_start = threading.Thread.start
 
-    def slow_start(thread: threading.Thread) -> None:
-        if thread.name == SHARED_READER_THREAD_NAME and not released.is_set():
-            starting.set()
-            released.wait(10)  # as a start waiting for the GIL
-        original_start(thread)
+    def held_back() -> None:
+        starting.set()
+        released.wait(10)  # as a start waiting for the GIL
 
-    monkeypatch.setattr(threading.Thread, "start", slow_start)
-    pairs = [socket.socketpair() for _ in range(2)]
-    taken: List[bytes] = []
-    ended: List[Optional[BaseException]] = []
-
-    def feed_of(sock: socket.socket) -> Feed:
-        sock.setblocking(False)
-        return Feed(
-            sock,
-            lambda data: taken.append(data) or True,
-            lambda e, eof: ended.append(e),
-            lambda: None,
-        )
-
-    try:
-        first = threading.Thread(target=add_feed, args=(feed_of(pairs[0][0]),))
-        first.start()
-        assert starting.wait(5)
-        second = threading.Thread(target=add_feed, args=(feed_of(pairs[1][0]),))
-        second.start()
-        second.join(2)
-        added_while_starting = not second.is_alive()
-        released.set()
+    _patch_the_readers_start(monkeypatch, held_back)
+    with _SocketFeeds() as socket_feeds:
+        try:
+            first = threading.Thread(target=add_feed, args=(socket_feeds.feeds[0],))
+            first.start()
+            assert starting.wait(5)
+            second = threading.Thread(target=add_feed, args=(socket_feeds.feeds[1],))
+            second.start()
+            second.join(2)
+            added_while_starting = not second.is_alive()
+        finally:
+            released.set()
         first.join(5)
         second.join(5)
         assert added_while_starting, "the add waited for the new reader's start"
-        for _, theirs in pairs:
-            theirs.sendall(b"x")
-        assert wait_for(lambda: len(taken) == 2, 5)  # the reader serves both once it runs
-    finally:
-        released.set()
-        for _, theirs in pairs:
-            theirs.close()
-        assert wait_for(lambda: len(ended) == 2, 5)
-        for ours, _ in pairs:
-            ours.close()
+        socket_feeds.send(0)
+        socket_feeds.send(1)
+        assert wait_for(lambda: len(socket_feeds.taken) == 2, 5)  # served once it runs
 
 
 def test_a_reader_that_cannot_start_ends_its_streams_and_the_next_gets_a_fresh_one(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert wait_for(
-        lambda: not any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate()), 5
-    )
-    original_start = threading.Thread.start
-    refused: List[threading.Thread] = []
+    refused: List[bool] = []
 
-    def refuse_once(thread: threading.Thread) -> None:
-        if thread.name == SHARED_READER_THREAD_NAME and not refused:
-            refused.append(thread)
+    def refuse_once() -> None:
+        if not refused:
+            refused.append(True)
             raise RuntimeError("can't start new thread")
-        original_start(thread)
 
-    monkeypatch.setattr(threading.Thread, "start", refuse_once)
-    pairs = [socket.socketpair() for _ in range(2)]
-    taken: List[bytes] = []
-    ended: List[Optional[BaseException]] = []
-    feeds = []
-    for ours, _ in pairs:
-        ours.setblocking(False)
-        feeds.append(
-            Feed(
-                ours,
-                lambda data: taken.append(data) or True,
-                lambda e, eof: ended.append(e),
-                lambda: None,
-            )
-        )
-    try:
+    _patch_the_readers_start(monkeypatch, refuse_once)
+    with _SocketFeeds() as socket_feeds:
         with pytest.raises(RuntimeError, match="can't start new thread"):
-            add_feed(feeds[0])
+            add_feed(socket_feeds.feeds[0])
+        ended = socket_feeds.ended
         assert len(ended) == 1 and isinstance(ended[0], ws.WatchdogError)
         assert ended[0].reason == "stream_reader_failed"
         assert any("shared stream reader stopped" in r.getMessage() for r in caplog.records)
-        add_feed(feeds[1])  # a fresh reader
-        pairs[1][1].sendall(b"x")
-        assert wait_for(lambda: taken == [b"x"], 5)
-    finally:
-        for _, theirs in pairs:
-            theirs.close()
-        assert wait_for(lambda: len(ended) == 2, 5)
-        for ours, _ in pairs:
-            ours.close()
+        add_feed(socket_feeds.feeds[1])  # a fresh reader
+        socket_feeds.send(1)
+        assert wait_for(lambda: socket_feeds.taken == [b"x"], 5)

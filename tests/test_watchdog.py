@@ -16,9 +16,14 @@ pytestmark = pytest.mark.timeout(20)
 def test_a_timers_cancel_never_waits_for_the_watchdogs_lock() -> None:
     # A hundred streams whose heads come together cancel a hundred timers at once: a lock
     # that each cancel took became a convoy under the GIL (per-stream p99 10 -> 100 ms).
-    handle = MONOTONIC.call_at(time.monotonic() + 3600, lambda: None)
+    handle = watchdog_module.call_at(time.monotonic() + 3600, lambda: None)
     cancelled = threading.Event()
-    canceller = threading.Thread(target=lambda: (handle.cancel(), cancelled.set()))
+
+    def cancel() -> None:
+        handle.cancel()
+        cancelled.set()
+
+    canceller = threading.Thread(target=cancel)
     lock = watchdog_module._WATCHDOG._lock
     with lock:  # the watchdog (or a thread scheduling a timer) holds it
         canceller.start()
