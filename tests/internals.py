@@ -12,7 +12,7 @@ from watchdog_sync._cli.demo import SCENARIOS, run_demo
 from watchdog_sync._cli.probe import suggest_idle_timeout
 from watchdog_sync._core import config as config_module
 from watchdog_sync._core import redact as redact_module
-from watchdog_sync._core import watchdog as watchdog_module
+from watchdog_sync._core import watchdog as _watchdog
 from watchdog_sync._core.clock import MONOTONIC
 from watchdog_sync._core.config import env_int, env_seconds
 from watchdog_sync._core.durations import validate_duration
@@ -136,7 +136,9 @@ __all__ = [
     "run_carried",
     "run_demo",
     "sample_preload_module",
-    "watchdog_module",
+    "timers_held",
+    "watchdog_call_at",
+    "watchdog_lock",
     "seconds_left",
     "shared_reader_lock",
     "error_event",
@@ -148,6 +150,19 @@ __all__ = [
     "validate_duration",
     "with_fields",
 ]
+
+
+watchdog_call_at = _watchdog.call_at  # the watchdog's own timer (``TimerHandle``)
+
+
+def watchdog_lock() -> Any:
+    """The one lock of the watchdog thread's heap (``with watchdog_lock(): ...``)."""
+    return _watchdog._WATCHDOG._lock
+
+
+def timers_held() -> int:
+    """How many timers the watchdog's heap holds, the cancelled ones not yet dropped too."""
+    return len(_watchdog._WATCHDOG._heap)
 
 
 def shared_reader_lock() -> Any:

@@ -8,7 +8,7 @@ from typing import List
 
 import pytest
 
-from .internals import MONOTONIC, watchdog_module
+from .internals import MONOTONIC, timers_held, watchdog_call_at, watchdog_lock
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(20)
 def test_a_timers_cancel_never_waits_for_the_watchdogs_lock() -> None:
     # A hundred streams whose heads come together cancel a hundred timers at once: a lock
     # that each cancel took became a convoy under the GIL (per-stream p99 10 -> 100 ms).
-    handle = watchdog_module.call_at(time.monotonic() + 3600, lambda: None)
+    handle = watchdog_call_at(time.monotonic() + 3600, lambda: None)
     cancelled = threading.Event()
 
     def cancel() -> None:
@@ -24,8 +24,7 @@ def test_a_timers_cancel_never_waits_for_the_watchdogs_lock() -> None:
         cancelled.set()
 
     canceller = threading.Thread(target=cancel)
-    lock = watchdog_module._WATCHDOG._lock
-    with lock:  # the watchdog (or a thread scheduling a timer) holds it
+    with watchdog_lock():  # the watchdog (or a thread scheduling a timer) holds it
         canceller.start()
         done_while_held = cancelled.wait(2)
     canceller.join(5)
@@ -41,7 +40,7 @@ def test_cancelled_timers_are_dropped_from_the_heap_and_live_ones_still_run() ->
     for handle in handles:
         handle.cancel()
     MONOTONIC.call_at(far, lambda: None).cancel()  # the next push compacts
-    assert len(watchdog_module._WATCHDOG._heap) < 1_000
+    assert timers_held() < 1_000
     assert fired.wait(5)
 
 

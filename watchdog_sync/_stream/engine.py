@@ -318,7 +318,7 @@ def _queue(op: Optional[Tuple[str, Feed]], fn: Optional[Callable[[], None]]) -> 
     made = False
     with _lock:
         reader = _reader
-        if reader is None:  # none yet, or the one we saw has left since
+        if reader is None:  # none yet, or (rarely: then made here) the one we saw has left
             reader = _reader = fresh if fresh is not None else _Reader()
             made = True
         if op is not None:
