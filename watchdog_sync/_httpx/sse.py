@@ -48,14 +48,12 @@ def event_source(
         if framer is None:
             yield from pieces
             return
-        gate = Gate(framer.limit, watch.note)
-        feed, check = framer.feed, framer.check
+        pass_on = Gate(framer, watch.note).pass_on
         for piece in pieces:
-            items, failure = gate.pass_on(feed(piece))
+            items, failure = pass_on(piece)
             yield from items
             if failure is not None:
                 raise failure
-            check()
         watch.end()
     finally:
         release()

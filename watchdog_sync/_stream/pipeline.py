@@ -41,7 +41,7 @@ import os
 import threading
 from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, TypeVar
 
-from .._core.errors import Cancelled, StreamProtocolError
+from .._core.errors import Cancelled
 from . import engine
 from .fed import FedChannel
 from .framing import EventFramer
@@ -139,11 +139,9 @@ class BodyFeed(Generic[T]):
     ) -> None:
         self._sock = sock
         self._framing = framing
-        self._framer = framer
         # Bound once: each read calls them in turn.
         self._payload = framing.payload
-        self._frame = framer.feed
-        self._pass_on = Gate(framer.limit, active).pass_on
+        self._pass_on = Gate(framer, active).pass_on
         self._parse = parse
         self._socket_read = SocketRead(sock)
         self._channel: Optional[FedChannel[T]] = None
@@ -260,13 +258,8 @@ class BodyFeed(Generic[T]):
         payload = self._payload(data)
         if not payload:
             return []
-        events, failure = self._pass_on(self._frame(payload))
+        events, failure = self._pass_on(payload)
         items = self._parse(events) if events else []
-        if failure is None:  # else an error event
-            try:
-                self._framer.check()
-            except StreamProtocolError as exc:  # an event past the size limit
-                failure = exc
         if failure is not None:
             if items:  # the events before it go first
                 assert self._channel is not None

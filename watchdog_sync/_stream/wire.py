@@ -27,7 +27,8 @@ whole events through this module, so the rules cannot drift apart:
 - **Text.** A data event that is not valid UTF-8 is
   ``StreamProtocolError('malformed_event')`` (not retryable), as ``stream_sse``
   says of one: no SDK gets to decode it with replacement characters.
-- **The event cap** is the framer's (:class:`~.framing.EventFramer`).
+- **The event cap** is the framer's (:class:`~.framing.EventFramer`), checked by the
+  :class:`Gate` every path reads its payload through.
 
 Events arrive here as the framer hands them on: bytes ending in ``b"\\n\\n"``,
 line endings normalised to ``b"\\n"``.
@@ -44,6 +45,7 @@ from .._core.redact import excerpt
 from .._http.json_object import json_object
 from .._http.translate import http_status_error
 from .._retry.foreign import provider_error_status
+from .framing import EventFramer
 
 __all__ = [
     "PING",
@@ -106,26 +108,40 @@ def is_activity(event: bytes) -> bool:
 
 
 class Gate:
-    """Hands on activity events, each carrying the events held back before it.
+    """A body's payload in, the items to hand on out: framed, gated, bounded.
 
+    ``framer`` splits the payload into whole events and bounds their size.
     Events that are not activity (by ``active``: :func:`is_activity`, or an
     :class:`EventWatch`'s ``note``) are held and handed on in front of the next
     data event, so a consumer still sees them but they never count as activity.
-    What is held is bounded by ``limit`` bytes (past it, older held events are
+    What is held is bounded by the framer's limit (past it, older held events are
     dropped), so a flood of pings or comments costs no memory.
     """
 
-    __slots__ = ("_active", "_held", "_limit", "_plain")
+    __slots__ = ("_active", "_check", "_frame", "_held", "_limit", "_plain")
 
-    def __init__(self, limit: int, active: Callable[[bytes], bool]) -> None:
-        self._limit = limit
+    def __init__(self, framer: EventFramer, active: Callable[[bytes], bool]) -> None:
+        self._frame = framer.feed
+        self._check = framer.check
+        self._limit = framer.limit
         self._active = active
         self._held = bytearray()
         self._plain = active is is_activity  # the rule alone, nothing else watches the events
 
-    def pass_on(self, events: List[bytes]) -> Tuple[List[bytes], Optional[WatchdogError]]:
-        """The items to hand on for ``events``; an error event's error comes after the
-        items before it (raise it once they are handed on)."""
+    def pass_on(self, payload: bytes) -> Tuple[List[bytes], Optional[WatchdogError]]:
+        """The items to hand on for the events ``payload`` completes, and the error to raise
+        once they are handed on: an error event's, or the framer's for an event past the
+        size limit (raised here when no event came before it)."""
+        events = self._frame(payload)
+        items, failure = self._gated(events)
+        if failure is None:
+            try:
+                self._check()
+            except StreamProtocolError as exc:
+                failure = exc
+        return items, failure
+
+    def _gated(self, events: List[bytes]) -> Tuple[List[bytes], Optional[WatchdogError]]:
         held = self._held
         if self._plain and not held:
             for event in events:  # one data line each (what chat APIs send): activity, all of it
