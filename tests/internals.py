@@ -27,6 +27,7 @@ from watchdog_sync._http.guard import clip_timeout
 from watchdog_sync._http.json_object import json_object
 from watchdog_sync._httpx import head as head_module
 from watchdog_sync._httpx.call import request_model
+from watchdog_sync._httpx.cores import ClassLookup
 from watchdog_sync._httpx.http2 import shape_problems as h2_shape_problems
 from watchdog_sync._httpx.httpcore_hooks import shapes as httpcore_shapes
 from watchdog_sync._httpx.instrument_httpx import httpx_patches
@@ -101,6 +102,7 @@ __all__ = [
     "FramingDecoder",
     "_GUARD_ATTR",
     "BodyDecoder",
+    "ClassLookup",
     "EventFramer",
     "FedChannel",
     "SocketRead",

@@ -47,7 +47,7 @@ import importlib
 import logging
 import socket
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from .._stream.fed import fed_stream
 from .._stream.framing import EventFramer
@@ -56,14 +56,12 @@ from .._stream.pipeline import BodyFeed
 from .._stream.stream import GuardedStream, budgets_to_watch
 from .._stream.wire import EventWatch
 from .body import Shutter
+from .cores import ClassLookup, pooled_body
 
 __all__ = ["fed_events"]
 
 _log = logging.getLogger("watchdog_sync")
-_CORES = {"httpx2": "httpcore2", "httpx": "httpcore"}
 _HTTP1 = (b"HTTP/1.1", b"HTTP/1.0")
-_CLASSES: Dict[str, Optional[Tuple[Any, ...]]] = {}
-_CLASSES_LOCK = threading.Lock()
 
 
 def fed_events(
@@ -118,9 +116,7 @@ def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, Any
     if classes is None:
         return None
     response_stream, pool_stream, http11_stream, http11, sync_stream, h11 = classes
-    pooled = getattr(response.stream, "_httpcore_stream", None)
-    body = getattr(pooled, "_stream", None)
-    connection = getattr(body, "_connection", None)
+    pooled, body, connection = pooled_body(response)
     if not (
         type(response.stream) is response_stream
         and type(pooled) is pool_stream
@@ -145,28 +141,20 @@ def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, Any
     return connection, sock, h11
 
 
-def _classes(lib: Any) -> Optional[Tuple[Any, ...]]:
-    """The classes of the shape we read, from ``lib``'s httpcore; ``None`` if they moved."""
-    name = getattr(lib, "__name__", "")
-    with _CLASSES_LOCK:
-        if name in _CLASSES:
-            return _CLASSES[name]
-        found: Optional[Tuple[Any, ...]] = None
-        core = _CORES.get(name)
-        try:
-            if core is not None:
-                found = (
-                    importlib.import_module(f"{name}._transports.default").ResponseStream,
-                    importlib.import_module(f"{core}._sync.connection_pool").PoolByteStream,
-                    importlib.import_module(f"{core}._sync.http11").HTTP11ConnectionByteStream,
-                    importlib.import_module(f"{core}._sync.http11").HTTP11Connection,
-                    importlib.import_module(f"{core}._backends.sync").SyncStream,
-                    importlib.import_module("h11"),
-                )
-        except (ImportError, AttributeError):
-            _log.debug("watchdog_sync: %s's httpcore has moved; event streams keep a thread", name)
-        _CLASSES[name] = found
-        return found
+def _find_classes(name: str, core: str) -> Tuple[Any, ...]:
+    """The classes of the shape we read, from ``name``'s httpcore ``core``."""
+    http11 = importlib.import_module(f"{core}._sync.http11")
+    return (
+        importlib.import_module(f"{name}._transports.default").ResponseStream,
+        importlib.import_module(f"{core}._sync.connection_pool").PoolByteStream,
+        http11.HTTP11ConnectionByteStream,
+        http11.HTTP11Connection,
+        importlib.import_module(f"{core}._backends.sync").SyncStream,
+        importlib.import_module("h11"),
+    )
+
+
+_classes = ClassLookup(_find_classes, "its event streams keep a thread")
 
 
 class _H11Framing:

@@ -66,15 +66,15 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .._core import watchdog
 from .._http.shutter import shutdown_socket
+from .cores import ClassLookup, pooled_body
 
 __all__ = ["WRITE_WAIT", "H2Stream", "h2_stream", "shape_problems"]
 
 _log = logging.getLogger("watchdog_sync")
-_CORES = {"httpx2": "httpcore2", "httpx": "httpcore"}
 _HTTP2 = b"HTTP/2"
 WRITE_WAIT = 0.1  # the longest wait for the connection's write lock, and for our frames' write
 NUDGE_EVERY = 0.05  # while our reader is still in: another PING this often ...
@@ -89,8 +89,6 @@ _CONNECTION_ATTRIBUTES = (
     "_write_lock",
     "_network_stream",
 )
-_CLASSES: Dict[str, Optional[Tuple[Any, ...]]] = {}
-_CLASSES_LOCK = threading.Lock()
 
 
 def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
@@ -105,11 +103,9 @@ def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
     response_stream, byte_stream, connection_class, closed_state, h2_events, h2_errors = classes
     if type(response.stream) is not response_stream:
         return None
-    pooled = getattr(response.stream, "_httpcore_stream", None)
-    body = getattr(pooled, "_stream", None)
+    _, body, connection = pooled_body(response)
     if type(body) is not byte_stream:
         return None
-    connection: Any = getattr(body, "_connection", None)
     stream_id = getattr(body, "_stream_id", None)
     if type(connection) is not connection_class or not isinstance(stream_id, int):
         return None
@@ -403,36 +399,27 @@ def _held(lock: Any, timeout: float) -> Any:
             inner.release()
 
 
-def _classes(lib: Any) -> Optional[Tuple[Any, ...]]:
+def _find_classes(name: str, core: str) -> Optional[Tuple[Any, ...]]:
     """(httpx's ResponseStream, HTTP2ConnectionByteStream, HTTP2Connection, its CLOSED
-    state, h2.events, an object with h2's ProtocolError and ErrorCodes), once per library."""
-    name = getattr(lib, "__name__", "")
-    with _CLASSES_LOCK:
-        if name in _CLASSES:
-            return _CLASSES[name]
-        found = None
-        core = _CORES.get(name)
-        if core is not None and not shape_problems(core):
-            try:
-                http2 = importlib.import_module(f"{core}._sync.http2")
-                default = importlib.import_module(f"{name}._transports.default")
-                h2_events = importlib.import_module("h2.events")
-                h2_errors = _H2Errors(
-                    importlib.import_module("h2.exceptions").ProtocolError,
-                    importlib.import_module("h2.errors").ErrorCodes,
-                )
-                found = (
-                    default.ResponseStream,
-                    http2.HTTP2ConnectionByteStream,
-                    http2.HTTP2Connection,
-                    http2.HTTPConnectionState.CLOSED,
-                    h2_events,
-                    h2_errors,
-                )
-            except (ImportError, AttributeError) as exc:
-                _log.debug("watchdog_sync: no HTTP/2 stream control for %s: %r", name, exc)
-        _CLASSES[name] = found
-        return found
+    state, h2.events, an object with h2's ProtocolError and ErrorCodes)."""
+    if shape_problems(core):
+        return None
+    http2 = importlib.import_module(f"{core}._sync.http2")
+    h2_errors = _H2Errors(
+        importlib.import_module("h2.exceptions").ProtocolError,
+        importlib.import_module("h2.errors").ErrorCodes,
+    )
+    return (
+        importlib.import_module(f"{name}._transports.default").ResponseStream,
+        http2.HTTP2ConnectionByteStream,
+        http2.HTTP2Connection,
+        http2.HTTPConnectionState.CLOSED,
+        importlib.import_module("h2.events"),
+        h2_errors,
+    )
+
+
+_classes = ClassLookup(_find_classes, "no HTTP/2 stream control")
 
 
 class _H2Errors:

@@ -30,21 +30,17 @@ import functools
 import importlib
 import inspect
 import logging
-import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from .._http.patches import PatchSet
 from . import head
+from .cores import CORES, ClassLookup
 
 __all__ = ["bound_pool", "class_patches", "hook_stream", "shapes"]
 
 _log = logging.getLogger("watchdog_sync")
-_CORES = {"httpx2": "httpcore2", "httpx": "httpcore"}
 _Fn = Callable[..., Any]
-_FOUND: Dict[str, Optional[Any]] = {}
-_UNKNOWN: Any = object()
-_FOUND_LOCK = threading.Lock()
 
 
 class _Core:
@@ -58,30 +54,17 @@ class _Core:
         self.backend_class = backend_class
 
 
-def _core(lib_name: str) -> Optional[_Core]:
-    """The httpcore under ``lib_name`` (``httpx2`` or ``httpx``); ``None`` if its names moved."""
-    # Set once per library, never changed: one dict read (atomic under the GIL, or the dict's
-    # own lock on a free-threaded build) serves every later call without the lock.
-    known = _FOUND.get(lib_name, _UNKNOWN)
-    if known is not _UNKNOWN:
-        return known
-    with _FOUND_LOCK:
-        if lib_name in _FOUND:
-            return _FOUND[lib_name]
-        found: Optional[_Core] = None
-        name = _CORES.get(lib_name)
-        try:
-            if name is not None:
-                module = importlib.import_module(name)
-                stream_class = importlib.import_module(f"{name}._backends.sync").SyncStream
-                for attr in ("ReadTimeout", "WriteTimeout", "ConnectTimeout", "ConnectError"):
-                    getattr(module, attr)
-                backend_class = type("BoundedBackend", (_BoundedBackend, module.NetworkBackend), {})
-                found = _Core(module, stream_class, backend_class)
-        except (ImportError, AttributeError):
-            _log.debug("watchdog_sync: %s's httpcore has moved; its head is checked after", name)
-        _FOUND[lib_name] = found
-        return found
+def _find_core(name: str, core_name: str) -> _Core:
+    module = importlib.import_module(core_name)
+    stream_class = importlib.import_module(f"{core_name}._backends.sync").SyncStream
+    for attr in ("ReadTimeout", "WriteTimeout", "ConnectTimeout", "ConnectError"):
+        getattr(module, attr)
+    backend_class = type("BoundedBackend", (_BoundedBackend, module.NetworkBackend), {})
+    return _Core(module, stream_class, backend_class)
+
+
+# The httpcore under a library (httpx2 or httpx); None if its names moved.
+_core = ClassLookup(_find_core, "its head is checked after")
 
 
 # The methods the hooks stand for, with the parameters they pass on (by position and by name).
@@ -104,12 +87,12 @@ def shapes() -> Dict[str, bool]:
     """For each installed httpx (``httpx2``, ``httpx``): are httpcore's names where we reach,
     and do its network methods take the parameters the hooks pass on?"""
     result: Dict[str, bool] = {}
-    for lib_name in _CORES:
+    for lib_name in CORES:
         try:
             lib = importlib.import_module(lib_name)
         except Exception:  # not installed (or not importable on this Python)
             continue
-        core = _core(lib_name)
+        core = _core(lib)
         if core is None:
             result[lib_name] = False
             continue
@@ -145,7 +128,7 @@ def bound_pool(transport: Any, lib: Any) -> bool:
     """
     if not isinstance(transport, lib.HTTPTransport):
         return False  # a transport of its own (or instrument()'s, on the patched classes)
-    core = _core(getattr(lib, "__name__", ""))
+    core = _core(lib)
     if core is None:
         return False
     pool = getattr(transport, "_pool", None)
@@ -227,7 +210,7 @@ def hook_stream(core: _Core, stream: Any) -> Any:
 
 def class_patches(patches: PatchSet, lib: Any) -> None:
     """Plan instrument()'s class-level patches of ``lib``'s httpcore into ``patches``."""
-    core = _core(getattr(lib, "__name__", ""))
+    core = _core(lib)
     if core is None:
         return
     backend, stream = core.module.SyncBackend, core.stream_class

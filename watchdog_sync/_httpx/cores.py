@@ -1,0 +1,69 @@
+"""httpcore under each httpx, its classes found once: the lookup the modules that reach in share.
+
+httpx2 runs on httpcore2 and httpx on httpcore 1.x (:data:`CORES`). The modules that
+check a pool or a response against httpcore's own classes (``httpcore_hooks.py``,
+``feed.py``, ``http2.py``) each find those classes once per library through a
+:class:`ClassLookup`. What its finder returned is kept; ``None`` when httpcore's names
+have moved (an ``ImportError`` or ``AttributeError``, logged at debug level), and that
+module then leaves the request to httpx's own code.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Dict, Generic, Optional, Tuple, TypeVar
+
+__all__ = ["CORES", "ClassLookup", "pooled_body"]
+
+T = TypeVar("T")
+
+CORES = {"httpx2": "httpcore2", "httpx": "httpcore"}
+_log = logging.getLogger("watchdog_sync")
+_UNKNOWN: Any = object()
+
+
+class ClassLookup(Generic[T]):
+    """``find(lib_name, core_name)``'s result for each library, found at its first call.
+
+    ``without`` says, for the log, what a library whose httpcore moved goes without.
+    """
+
+    __slots__ = ("_find", "_found", "_lock", "_without")
+
+    def __init__(self, find: Callable[[str, str], Optional[T]], without: str) -> None:
+        self._find = find
+        self._without = without
+        self._found: Dict[str, Optional[T]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, lib: Any) -> Optional[T]:
+        """The classes of ``lib``'s httpcore (``lib``: the httpx2 or httpx module)."""
+        name = getattr(lib, "__name__", "")
+        # Set once per library, never changed: one dict read (atomic under the GIL, or the
+        # dict's own lock on a free-threaded build) serves every later call without the lock.
+        known = self._found.get(name, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
+        with self._lock:
+            if name in self._found:
+                return self._found[name]
+            found: Optional[T] = None
+            core = CORES.get(name)
+            try:
+                if core is not None:
+                    found = self._find(name, core)
+            except (ImportError, AttributeError) as exc:
+                _log.debug(
+                    "watchdog_sync: %s's httpcore has moved (%r): %s", name, exc, self._without
+                )
+            self._found[name] = found
+            return found
+
+
+def pooled_body(response: Any) -> Tuple[Any, Any, Any]:
+    """httpx's response stream down to httpcore's: (the pool's byte stream, the connection's
+    byte stream, the connection), ``None`` for each part that is not there."""
+    pooled = getattr(response.stream, "_httpcore_stream", None)
+    body = getattr(pooled, "_stream", None)
+    return pooled, body, getattr(body, "_connection", None)
