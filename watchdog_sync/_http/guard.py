@@ -340,7 +340,9 @@ def _clip_to_budget(conn: Any, sock: Any) -> None:
         return
     with contextlib.suppress(OSError):
         _, current = timeout_of(sock)  # unknown (no gettimeout): clipped to the budget alone
-        sock.settimeout(max(FLOOR, left if current is None else min(current, left)))
+        clipped = max(FLOOR, left if current is None else min(current, left))
+        if clipped != current:  # settimeout() lets the GIL go: not for nothing
+            sock.settimeout(clipped)
 
 
 def _tell_guard(conn: Any, sock: Any) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import io
-import socket
 import ssl
 import time
 from typing import Any, Callable, Iterator, List, Mapping, Optional
@@ -92,19 +91,14 @@ def _http_response(response: requests.Response) -> http.client.HTTPResponse:
 class _HTTPClientFraming:
     """A body under http.client: chunked, sized or close-delimited, decoded by us."""
 
-    __slots__ = ("_decoder", "_request", "_response", "_sock")
+    __slots__ = ("_decoder", "_request", "_response")
 
     def __init__(
-        self,
-        decoder: FramingDecoder,
-        request: Opener,
-        response: requests.Response,
-        sock: Optional[socket.socket],
+        self, decoder: FramingDecoder, request: Opener, response: requests.Response
     ) -> None:
         self._decoder = decoder
         self._request = request
         self._response = response
-        self._sock = sock  # made non-blocking for the body reader
 
     @property
     def done(self) -> bool:
@@ -140,10 +134,7 @@ class _HTTPClientFraming:
         return error
 
     def release(self, clean: bool) -> None:
-        if self._sock is not None:  # blocking again, as urllib3 pools its sockets
-            with contextlib.suppress(OSError):
-                self._sock.settimeout(None)
-        self._request.let_go(self._response)
+        self._request.let_go(self._response)  # closes the connection: see Opener.let_go
 
 
 def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Iterator[bytes]:
@@ -221,21 +212,17 @@ class Opener:
             current.status = response.status_code
             current.headers = dict(response.headers)
         del current
-        sock = None
         try:
             _check_response(response, self.method, self.errors)
             raw = _http_response(response)
             sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
             if sock is not None:
-                sock.settimeout(0)
-            framing = _HTTPClientFraming(decoder_for(raw), self, response, sock)
+                sock.settimeout(0)  # for the buffered bytes; the body reader sets it as it reads
+            framing = _HTTPClientFraming(decoder_for(raw), self, response)
             fed: BodyFeed[Any] = BodyFeed(sock, framing, self.framer, is_activity, parse_events)
             self.feeds.append(fed)
             fed.start(channel, _buffered(raw, framing))  # on an error, the body ends itself
         except BaseException:
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.settimeout(None)
             self.let_go(response)
             raise
 
@@ -275,5 +262,8 @@ class Opener:
                 session.close()
 
     def let_go(self, response: requests.Response) -> None:
+        """Close the response and its connection: requests and urllib3 see none of the body
+        we read, so the pool gets the connection back closed (whatever its socket's timeout
+        was left at), and the next request opens a new one."""
         response.close()
         self.feeds.clear()  # no cycle stays behind (stop -> feeds -> body -> stop)
