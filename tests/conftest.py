@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import os
 import threading
 import time
@@ -101,11 +102,13 @@ def read_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     ``SHARED_FROM`` bodies open), or by the shared reader (as with more open)."""
     if request.param == "shared reader":
         monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
+        monkeypatch.setattr(pipeline_module, "CALM", math.inf)  # never handed back
     return str(request.param)
 
 
 @pytest.fixture
 def shared_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every socket-backed stream body is read by the shared reader, as with more than
-    ``SHARED_FROM`` bodies open."""
+    ``SHARED_FROM`` bodies open during a burst of opens that never ends."""
     monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
+    monkeypatch.setattr(pipeline_module, "CALM", math.inf)

@@ -6,6 +6,7 @@ BodyFeed)."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
 from typing import Any, Dict, Iterator, List, Optional
@@ -16,6 +17,7 @@ from watchdog_sync import stream_sse
 
 from .internals import SHARED_READER_THREAD_NAME, pipeline_module
 from .rawserver import RawServer, end_body, event, read_request_head, send_body_piece, send_sse_head
+from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -46,10 +48,12 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Dict[str, Dict[int, List[str]]]:
 
 @pytest.fixture(autouse=True)
 def fresh_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The busy sign's window starts empty: an earlier test's reads are not this one's."""
+    """The busy sign's window starts empty: an earlier test's reads are not this one's. And
+    a burst of opens never ends, unless a test says when (``CALM``)."""
     for counter in ("_window_reads", "_window_readers", "_window_behind"):
         monkeypatch.setattr(pipeline_module, counter, 0)
     monkeypatch.setattr(pipeline_module, "_busy", False)
+    monkeypatch.setattr(pipeline_module, "CALM", math.inf)
 
 
 @pytest.fixture
@@ -199,3 +203,40 @@ def test_a_body_alone_stays_with_its_consumer_however_far_behind_and_busy_ends_w
         assert alone.run([stream_sse(server.url, idle_timeout=5)]) == [list(range(24))]
     assert len(reads["pulled"]) == 1 and len(next(iter(reads["pulled"].values()))) >= 7
     assert all(SHARED_READER_THREAD_NAME not in names for names in reads["taken"].values())
+
+
+def test_once_the_burst_of_opens_is_over_the_shared_reader_hands_each_body_back(
+    monkeypatch: pytest.MonkeyPatch, reads: Dict[str, Dict[int, List[str]]]
+) -> None:
+    """Past SHARED_FROM open bodies, during a burst of opens, the shared reader reads them;
+    once no body has started for CALM seconds it hands each back to its consumer, whose own
+    reads take the rest (the shared reader's thread then ends: it has no stream left).
+    Every event arrives once, in order."""
+    monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
+    monkeypatch.setattr(pipeline_module, "CALM", 1.0)
+    calm = threading.Event()
+    count = 20
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0))
+        if not calm.wait(10):  # the rest once both bodies are their consumers' again
+            return
+        for n in range(1, count):
+            send_body_piece(conn, event(n))
+        end_body(conn)
+
+    def shared_reader_running() -> bool:
+        return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
+
+    with RawServer(handler, max_connections=2) as server:
+        streams = [stream_sse(server.url, idle_timeout=5) for _ in range(2)]
+        firsts = [numbers([next(s)]) for s in streams]  # both on the shared reader
+        on_reader = shared_reader_running()
+        assert wait_for(lambda: not shared_reader_running(), limit=10)
+        calm.set()
+        rest = [numbers(s) for s in streams]
+    assert on_reader and firsts == [[0]] * 2 and rest == [list(range(1, count))] * 2
+    assert len(reads["pulled"]) == 2  # each body's consumer read it, once handed back
+    assert all(set(names) == {"MainThread"} for names in reads["pulled"].values())

@@ -37,6 +37,7 @@ import selectors
 import socket
 import ssl
 import threading
+import time
 from typing import Any, Callable, Deque, List, Optional, Set, Tuple
 
 from .._core.errors import Cancelled, WatchdogError
@@ -50,6 +51,7 @@ __all__ = ["SHARED_READER_THREAD_NAME", "TURN_BYTES", "Feed", "add", "call_soon"
 SHARED_READER_THREAD_NAME = "watchdog_sync-shared-reader"
 
 TURN_BYTES = 65536  # the most one stream is given per turn before the others are served
+GIVE_BACK_EVERY = 0.05  # how often the reader asks its streams whether to hand them back
 _LINGER = 0.05  # an idle reader waits this long for a new stream before it exits
 
 
@@ -58,10 +60,22 @@ class Feed:
 
     ``take(data)`` handles one read's bytes and returns False when the stream's
     buffer is full or the body ended (``self.finished``); ``end(error)`` is
-    called once, on the reader thread, when the socket is done.
+    called once, on the reader thread, when the socket is done. ``give_back()``,
+    asked every :data:`GIVE_BACK_EVERY` seconds, returns True when the stream's
+    consumer reads the socket from then on: the reader lets it go.
     """
 
-    __slots__ = ("end", "finished", "flush", "paused", "sock", "take", "tls", "watched")
+    __slots__ = (
+        "end",
+        "finished",
+        "flush",
+        "give_back",
+        "paused",
+        "sock",
+        "take",
+        "tls",
+        "watched",
+    )
 
     def __init__(
         self,
@@ -69,7 +83,9 @@ class Feed:
         take: Callable[[bytes], bool],
         end: Callable[[Optional[BaseException], bool], None],
         flush: Callable[[], None],
+        give_back: Callable[[], bool],
     ) -> None:
+        self.give_back = give_back
         self.sock = sock
         self.take = take
         self.end = end
@@ -91,6 +107,7 @@ class _Reader:
         self._calls: Deque[Callable[[], None]] = collections.deque()  # the same, run here
         self._feeds: Set[Feed] = set()
         self._ready: Set[Feed] = set()
+        self._give_back_at = 0.0
         self._thread = threading.Thread(
             target=self._run, name=SHARED_READER_THREAD_NAME, daemon=True
         )
@@ -175,7 +192,8 @@ class _Reader:
                     if _reader is self:
                         _reader = None
                     return False
-        timeout = 0.0 if self._ready else None
+        # Woken at least every GIVE_BACK_EVERY while it holds streams: to ask them.
+        timeout = 0.0 if self._ready else GIVE_BACK_EVERY
         for key, _ in self._selector.select(timeout):
             if key.data is None:
                 with contextlib.suppress(OSError):
@@ -199,7 +217,20 @@ class _Reader:
                 self._serve(feed)
         for feed in ready:  # wake the consumers only now: see FedChannel.flush
             feed.flush()
+        now = time.monotonic()
+        if now >= self._give_back_at:
+            self._give_back_at = now + GIVE_BACK_EVERY
+            self._give_back()
         return True
+
+    def _give_back(self) -> None:
+        """Let go of the streams whose consumers read their sockets again (not one paused
+        for a full buffer: its consumer has events to take first)."""
+        for feed in list(self._feeds):
+            if not feed.paused and feed.give_back():
+                self._unwatch(feed)
+                self._feeds.discard(feed)
+                self._ready.discard(feed)
 
     def _serve(self, feed: Feed) -> None:
         sock = feed.sock

@@ -132,6 +132,17 @@ class FedChannel(Channel[T]):
             self._body = body
         self._let_go()  # stopped while it opened: nobody will read it
 
+    def reattach(self, body: Body) -> bool:
+        """From the shared reader: the consumer reads ``body`` again, at once if it waits.
+        False: the stream was stopped or its budget ended, and the shared reader ends it."""
+        with self._lock:
+            if self._ended(self._now()):
+                return False
+            self._body = body
+            if self._consumer_waiting:
+                self._wake_consumer()
+            return True
+
     def detach(self) -> bool:
         """From the body, during the consumer's read: the shared reader feeds the stream from
         now on (:meth:`offer`, :meth:`flush`). False: it was stopped, nothing changes."""

@@ -15,12 +15,17 @@ headers, and then, unless the process is busy, goes on reading its socket
 itself: each time it finds its buffer empty, one read whose wait is what its
 own wait may last (``min(idle limit left, budget left)``), so an event reaches
 it as soon as the plain loop's would, with no second thread woken. Once the
-process is busy (more than :data:`SHARED_FROM` bodies open, or :data:`BUSY_FROM`
-open while one consumer in :data:`BEHIND_SHARE` falls behind, its reads finding
-more than one event waiting: counted by consumers, so one fast stream does not
-make a process busy), each body moves (at its next read) to the shared reader
-(:mod:`.engine`), whose one thread batches the reads of many sockets: cheaper
-than that many threads each woken per event. A body never moves back.
+process is busy during a burst of opens, each body moves (at its next read) to
+the shared reader (:mod:`.engine`), whose one thread batches the reads of many
+sockets: cheaper than that many threads each woken per event while the threads
+still opening need the GIL's turns. Busy means: more than :data:`SHARED_FROM`
+bodies open, or :data:`BUSY_FROM` open while one consumer in :data:`BEHIND_SHARE`
+falls behind, its reads finding more than one event waiting (counted by
+consumers, so one fast stream does not make a process busy). The burst is over
+once no body has started for :data:`CALM` seconds: the shared reader then hands
+each body back to its consumer (:meth:`BodyFeed.give_back`), whose own reads
+bring each event as soon as the plain loop's would; the next burst moves them
+again.
 
 Isolation: read by its consumer, a stream's bytes cost only that consumer; on
 the shared reader, each stream's turn is bounded (:data:`~.engine.TURN_BYTES`).
@@ -37,8 +42,10 @@ reader's thread.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
+import time
 from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, TypeVar
 
 from .._core.errors import Cancelled
@@ -57,6 +64,7 @@ T = TypeVar("T")
 # reads costs less than that many threads woken per event, once the process is busy.
 SHARED_FROM = 128
 BUSY_FROM = 32
+CALM = 0.25  # seconds without a body started: a burst of opens is over
 BUSY_WINDOW = 512  # consumers' reads judged at a time
 BEHIND_SHARE = 8  # busy: at least one in this many of the consumers that read fell behind
 _open_lock = threading.Lock()
@@ -69,18 +77,21 @@ _window_reads = 0
 _window_readers = 0
 _window_behind = 0
 _busy = False  # consumers fell behind in the last window; until fewer than BUSY_FROM are open
+_last_start = -math.inf  # time.monotonic() when the last body started
 
 
 def _after_fork_in_child() -> None:
-    global _open_lock, _open, _window_reads, _window_readers, _window_behind, _busy
+    global _open_lock, _open, _window_reads, _window_readers, _window_behind, _busy, _last_start
     _open_lock = threading.Lock()
     _open = _window_reads = _window_readers = _window_behind = 0  # the parent's are not ours
     _busy = False
+    _last_start = -math.inf
 
 
 def _crowded() -> bool:
-    """The shared reader reads the bodies: the process is busy (see the module's docstring)."""
-    return _busy or _open > SHARED_FROM
+    """The shared reader reads the bodies: the process is busy during a burst of opens (see
+    the module's docstring)."""
+    return (_busy or _open > SHARED_FROM) and time.monotonic() - _last_start <= CALM
 
 
 def _judge_window() -> None:
@@ -166,7 +177,8 @@ class BodyFeed(Generic[T]):
         except (Exception, Cancelled) as exc:
             self.end(exc, False)
             return
-        global _open
+        global _open, _last_start
+        _last_start = time.monotonic()
         with _open_lock:
             _open += 1
             self._counted = True
@@ -234,9 +246,26 @@ class BodyFeed(Generic[T]):
         if channel is None or not channel.detach():
             return
         self._socket_read.let_go()
-        feed = self._feed = engine.Feed(self._sock, self.take, self.end, channel.flush)
+        feed = self._feed = engine.Feed(
+            self._sock, self.take, self.end, channel.flush, self.give_back
+        )
         channel.set_resume(lambda: engine.kick(feed))
         engine.add(feed)
+
+    def give_back(self) -> bool:
+        """On the shared reader, every so often: once the process is neither busy nor in a
+        burst of opens, the consumer reads the socket again (blocking, its kernel timeout).
+        True: it does, and the shared reader lets the socket go."""
+        channel = self._channel
+        if channel is None or _crowded():
+            return False
+        self._socket_read.own()
+        if not channel.reattach(self):  # stopped: the shared reader ends it, as before
+            self._socket_read.let_go()
+            return False
+        channel.set_resume(None)
+        self._feed = None
+        return True
 
     def take(self, data: Optional[bytes]) -> bool:
         """One read's bytes (on the shared reader, or those that came with the headers):
