@@ -240,3 +240,52 @@ def test_once_the_burst_of_opens_is_over_the_shared_reader_hands_each_body_back(
     assert on_reader and firsts == [[0]] * 2 and rest == [list(range(1, count))] * 2
     assert len(reads["pulled"]) == 2  # each body's consumer read it, once handed back
     assert all(set(names) == {"MainThread"} for names in reads["pulled"].values())
+
+
+def test_a_body_handed_back_moves_to_the_shared_reader_again_at_the_next_burst(
+    monkeypatch: pytest.MonkeyPatch, reads: Dict[str, Dict[int, List[str]]]
+) -> None:
+    """A body its consumer reads again goes back to the shared reader once another body
+    starts (a new burst of opens), and comes back to its consumer once that burst is over:
+    every event arrives once, in order."""
+    monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
+    monkeypatch.setattr(pipeline_module, "CALM", 1.0)
+    steps = [threading.Event() for _ in range(3)]
+    accepted: List[int] = []
+    accept_lock = threading.Lock()
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        with accept_lock:
+            first = not accepted
+            accepted.append(1)
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0))
+        if first:  # the stream that moves: one event after each step
+            for n, step in enumerate(steps, start=1):
+                if not step.wait(10):
+                    return
+                send_body_piece(conn, event(n))
+        end_body(conn)
+
+    def shared_reader_running() -> bool:
+        return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
+
+    with RawServer(handler, max_connections=2) as server:
+        moving = stream_sse(server.url, idle_timeout=5)
+        got = numbers([next(moving)])  # on the shared reader: the first burst
+        assert wait_for(lambda: not shared_reader_running(), limit=10)  # handed back
+        assert numbers(stream_sse(server.url, idle_timeout=5)) == [0]  # a second burst
+        steps[0].set()
+        got += numbers([next(moving)])  # its consumer's read, then the move
+        assert shared_reader_running()
+        steps[1].set()
+        got += numbers([next(moving)])
+        body = next(iter(reads["taken"]))  # the moving stream's: it took bytes first
+        moved_again = reads["taken"][body][-1]
+        assert wait_for(lambda: not shared_reader_running(), limit=10)  # handed back again
+        steps[2].set()
+        got += numbers(moving)
+    assert got == [0, 1, 2, 3]
+    assert moved_again == SHARED_READER_THREAD_NAME
+    assert reads["pulled"][body][-1] == "MainThread"

@@ -164,6 +164,8 @@ class BodyFeed(Generic[T]):
     def start(self, channel: FedChannel[T], buffered: Iterable[Optional[bytes]]) -> None:
         """Take the ``buffered`` bytes (those that came with the headers, one read's worth
         at most), then give the channel this body to read from."""
+        global _open, _last_start
+        _last_start = time.monotonic()  # every open is part of a burst, its body short or not
         self._channel = channel
         if self._sock is None:  # the stack had let the connection go: the body is all read
             self.end(None, True)
@@ -177,8 +179,6 @@ class BodyFeed(Generic[T]):
         except (Exception, Cancelled) as exc:
             self.end(exc, False)
             return
-        global _open, _last_start
-        _last_start = time.monotonic()
         with _open_lock:
             _open += 1
             self._counted = True
