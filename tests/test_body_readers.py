@@ -289,3 +289,35 @@ def test_a_body_handed_back_moves_to_the_shared_reader_again_at_the_next_burst(
     assert got == [0, 1, 2, 3]
     assert moved_again == SHARED_READER_THREAD_NAME
     assert reads["pulled"][body][-1] == "MainThread"
+
+
+def test_a_consumer_waiting_on_the_shared_reader_is_handed_its_body_and_reads_it(
+    monkeypatch: pytest.MonkeyPatch, reads: Dict[str, Dict[int, List[str]]]
+) -> None:
+    """A consumer that waits for its next event while the shared reader hands its body back
+    is woken and waits on its own socket: the event sent after the hand-back reaches it."""
+    monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
+    monkeypatch.setattr(pipeline_module, "CALM", 0.5)
+
+    def shared_reader_running() -> bool:
+        return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0))
+        if not wait_for(shared_reader_running, limit=10):  # the body moved to it
+            return
+        if not wait_for(lambda: not shared_reader_running(), limit=10):  # handed back
+            return
+        send_body_piece(conn, event(1))
+        end_body(conn)
+
+    with RawServer(handler, max_connections=1) as server:
+        stream = stream_sse(server.url, idle_timeout=5)
+        first = numbers([next(stream)])
+        on_reader = shared_reader_running()
+        rest = numbers(stream)  # waits on the shared reader, then on its own socket
+    assert on_reader and first == [0] and rest == [1]
+    (pulled,) = reads["pulled"].values()
+    assert set(pulled) == {"MainThread"}
