@@ -13,7 +13,7 @@ import pytest
 
 from watchdog_sync.testing import WATCHDOG_THREAD_NAME
 
-from .internals import pipeline_module
+from .internals import fresh_bursts, pipeline_module
 from .rawclient import Raw
 
 _SETTLE_SECONDS = 2.0
@@ -103,6 +103,8 @@ def read_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     if request.param == "shared reader":
         monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
         monkeypatch.setattr(pipeline_module, "CALM", math.inf)  # never handed back
+        monkeypatch.setattr(pipeline_module, "BURST_OPENS", 1)  # every open a burst
+        fresh_bursts(monkeypatch)
     return str(request.param)
 
 
@@ -112,3 +114,5 @@ def shared_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     ``SHARED_FROM`` bodies open during a burst of opens that never ends."""
     monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
     monkeypatch.setattr(pipeline_module, "CALM", math.inf)
+    monkeypatch.setattr(pipeline_module, "BURST_OPENS", 1)
+    fresh_bursts(monkeypatch)

@@ -5,6 +5,8 @@ environment parsers, ...) import them from here, never from a private module
 path, so that moving a module inside the package changes this file only.
 """
 
+import collections
+import math
 from typing import Any, Iterator, List
 
 from watchdog_sync._chat.complete import MAX_RESPONSE_BYTES
@@ -96,6 +98,7 @@ __all__ = [
     "SHARED_READER_THREAD_NAME",
     "TURN_BYTES",
     "pipeline_module",
+    "fresh_bursts",
     "Feed",
     "add_feed",
     "StreamLimits",
@@ -165,6 +168,12 @@ def watchdog_lock() -> Any:
 def timers_held() -> int:
     """How many timers the watchdog's heap holds, the cancelled ones not yet dropped too."""
     return len(_watchdog._WATCHDOG._heap)
+
+
+def fresh_bursts(monkeypatch: Any) -> None:
+    """No burst of opens from an earlier test: the starts counted anew (restored after)."""
+    monkeypatch.setattr(pipeline_module, "_starts", collections.deque())
+    monkeypatch.setattr(pipeline_module, "_burst_until", -math.inf)
 
 
 def shared_reader_lock() -> Any:

@@ -15,7 +15,7 @@ import pytest
 
 from watchdog_sync import stream_sse
 
-from .internals import SHARED_READER_THREAD_NAME, pipeline_module
+from .internals import SHARED_READER_THREAD_NAME, fresh_bursts, pipeline_module
 from .rawserver import RawServer, end_body, event, read_request_head, send_body_piece, send_sse_head
 from .waiting import wait_for
 
@@ -54,6 +54,8 @@ def fresh_window(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(pipeline_module, counter, 0)
     monkeypatch.setattr(pipeline_module, "_busy", False)
     monkeypatch.setattr(pipeline_module, "CALM", math.inf)
+    monkeypatch.setattr(pipeline_module, "BURST_OPENS", 1)
+    fresh_bursts(monkeypatch)
 
 
 @pytest.fixture
@@ -321,3 +323,36 @@ def test_a_consumer_waiting_on_the_shared_reader_is_handed_its_body_and_reads_it
     assert on_reader and first == [0] and rest == [1]
     (pulled,) = reads["pulled"].values()
     assert set(pulled) == {"MainThread"}
+
+
+def test_opens_fewer_than_a_burst_leave_the_bodies_with_their_consumers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past SHARED_FROM open bodies, opens that are not a burst (fewer than BURST_OPENS
+    within CALM seconds) leave each body with its consumer; the open that makes the burst
+    moves the bodies to the shared reader."""
+    monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
+    monkeypatch.setattr(pipeline_module, "BURST_OPENS", 3)
+    monkeypatch.setattr(pipeline_module, "CALM", 30.0)
+    done = threading.Event()
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        read_request_head(conn)
+        send_sse_head(conn)
+        send_body_piece(conn, event(0))
+        if done.wait(10):
+            end_body(conn)
+
+    def shared_reader_running() -> bool:
+        return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
+
+    with RawServer(handler, max_connections=3) as server:
+        streams = [stream_sse(server.url, idle_timeout=5) for _ in range(3)]
+        firsts = [numbers([next(s)]) for s in streams[:2]]
+        before_the_burst = shared_reader_running()
+        firsts.append(numbers([next(streams[2])]))  # the third open within CALM: a burst
+        in_the_burst = shared_reader_running()
+        done.set()
+        rest = [numbers(s) for s in streams]
+    assert not before_the_burst and in_the_burst
+    assert firsts == [[0]] * 3 and rest == [[]] * 3

@@ -21,8 +21,11 @@ sockets: cheaper than that many threads each woken per event while the threads
 still opening need the GIL's turns. Busy means: more than :data:`SHARED_FROM`
 bodies open, or :data:`BUSY_FROM` open while one consumer in :data:`BEHIND_SHARE`
 falls behind, its reads finding more than one event waiting (counted by
-consumers, so one fast stream does not make a process busy). The burst is over
-once no body has started for :data:`CALM` seconds: the shared reader then hands
+consumers, so one fast stream does not make a process busy). A burst is
+:data:`BURST_OPENS` bodies started within :data:`CALM` seconds (opens that come
+slower, one every fraction of a second beside many open streams, are none: there
+the shared reader's second thread per event would cost more than it saves); it is
+over :data:`CALM` seconds after its last such open. The shared reader then hands
 each body back to its consumer (:meth:`BodyFeed.give_back`), whose own reads
 bring each event as soon as the plain loop's would; the next burst moves them
 again.
@@ -41,12 +44,13 @@ reader's thread.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import os
 import threading
 import time
-from typing import Any, Callable, Generic, Iterable, List, Optional, Protocol, TypeVar
+from typing import Any, Callable, Deque, Generic, Iterable, List, Optional, Protocol, TypeVar
 
 from .._core.errors import Cancelled
 from . import engine
@@ -64,7 +68,8 @@ T = TypeVar("T")
 # reads costs less than that many threads woken per event, once the process is busy.
 SHARED_FROM = 128
 BUSY_FROM = 32
-CALM = 0.25  # seconds without a body started: a burst of opens is over
+BURST_OPENS = 16  # bodies started within CALM seconds of each other: a burst of opens
+CALM = 0.25  # a burst of opens is over this long after its last open
 BUSY_WINDOW = 512  # consumers' reads judged at a time
 BEHIND_SHARE = 8  # busy: at least one in this many of the consumers that read fell behind
 _open_lock = threading.Lock()
@@ -77,21 +82,36 @@ _window_reads = 0
 _window_readers = 0
 _window_behind = 0
 _busy = False  # consumers fell behind in the last window; until fewer than BUSY_FROM are open
-_last_start = -math.inf  # time.monotonic() when the last body started
+_starts: Deque[float] = collections.deque()  # the last BURST_OPENS starts' times
+_burst_until = -math.inf  # time.monotonic() when the last burst of opens is over
 
 
 def _after_fork_in_child() -> None:
-    global _open_lock, _open, _window_reads, _window_readers, _window_behind, _busy, _last_start
+    global _open_lock, _open, _window_reads, _window_readers, _window_behind, _busy, _burst_until
     _open_lock = threading.Lock()
     _open = _window_reads = _window_readers = _window_behind = 0  # the parent's are not ours
     _busy = False
-    _last_start = -math.inf
+    _starts.clear()
+    _burst_until = -math.inf
 
 
 def _crowded() -> bool:
     """The shared reader reads the bodies: the process is busy during a burst of opens (see
     the module's docstring)."""
-    return (_busy or _open > SHARED_FROM) and time.monotonic() - _last_start <= CALM
+    return (_busy or _open > SHARED_FROM) and time.monotonic() <= _burst_until
+
+
+def _count_start() -> None:
+    """A body starts (every open, its body short or not): part of a burst of opens when the
+    last BURST_OPENS came within CALM seconds."""
+    global _burst_until
+    now = time.monotonic()
+    with _open_lock:
+        _starts.append(now)
+        while len(_starts) > BURST_OPENS:
+            _starts.popleft()
+        if len(_starts) >= BURST_OPENS and now - _starts[0] <= CALM:
+            _burst_until = now + CALM
 
 
 def _judge_window() -> None:
@@ -164,8 +184,7 @@ class BodyFeed(Generic[T]):
     def start(self, channel: FedChannel[T], buffered: Iterable[Optional[bytes]]) -> None:
         """Take the ``buffered`` bytes (those that came with the headers, one read's worth
         at most), then give the channel this body to read from."""
-        global _open, _last_start
-        _last_start = time.monotonic()  # every open is part of a burst, its body short or not
+        _count_start()
         self._channel = channel
         if self._sock is None:  # the stack had let the connection go: the body is all read
             self.end(None, True)
@@ -179,6 +198,7 @@ class BodyFeed(Generic[T]):
         except (Exception, Cancelled) as exc:
             self.end(exc, False)
             return
+        global _open
         with _open_lock:
             _open += 1
             self._counted = True
