@@ -1,6 +1,7 @@
 """Many concurrent guarded streams vs plain requests + sseclient-py, side by side.
 
 Usage: python benchmarks/scale.py [--streams 1,10,100,300] [--events 200] [--gap 0.005] [--rounds 5]
+                                  [--trickle 0] [--trickle-every 0.3]
 
 A selector-based server in its own process (so it does not compete for the GIL)
 holds every connection and sends each stream ``--events`` small events,
@@ -14,7 +15,10 @@ from the per-thread counters) the CPU of the callers' own threads beside the res
 the process and how often a caller's thread went to sleep per event. It
 checks that the guarded streams add at most 5 threads (the shared reader and the
 shared watchdog thread; a per-stream reader thread still counts, so code with one
-per stream fails from N = 5 on). Loopback only; every run has a time limit.
+per stream fails from N = 5 on). With ``--trickle K``, once the N streams have
+started, K more open one at a time, one every ``--trickle-every`` seconds, as a
+service's requests come in beside the streams it holds (their events counted too).
+Loopback only; every run has a time limit.
 """
 
 from __future__ import annotations
@@ -169,8 +173,9 @@ class _Live:
                 self.now -= 1
 
 
-def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
-    raise_nofile(streams * 2 + 256)
+def _worker(impl: str, streams: int, url: str, trickle: int, every: float) -> Dict[str, Any]:
+    """``streams`` opened at once; then, with ``trickle``, one more every ``every`` seconds."""
+    raise_nofile((streams + trickle) * 2 + 256)
     fn: Callable[[str], List[float]] = _guarded if impl == "guarded" else _plain
     import requests  # noqa: F401  (imports before the baseline, for both implementations)
     import sseclient  # noqa: F401
@@ -185,13 +190,16 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
         return live.run(fn, url)
 
     rss_before = _rss_kib()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=streams) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=streams + trickle) as pool:
         futures = [pool.submit(task) for _ in range(streams)]  # every pool thread now exists
         with _Monitor(threading.active_count() - streams + 1) as monitor:
             callers_before = _caller_threads()
             start.wait(60)
             started = time.perf_counter()
             cpu_before = cpu_seconds()
+            for n in range(trickle):  # opens that come one at a time, beside the open streams
+                time.sleep(max(0.0, started + (n + 1) * every - time.perf_counter()))
+                futures.append(pool.submit(live.run, fn, url))
             results: List[List[float]] = []
             errors: List[str] = []
             for future in futures:
@@ -254,11 +262,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--gap", type=float, default=0.005)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--worker", nargs=3, metavar=("IMPL", "N", "URL"), help=argparse.SUPPRESS)
+    parser.add_argument("--trickle", type=int, default=0)
+    parser.add_argument("--trickle-every", type=float, default=0.3)
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        impl, streams, url = args.worker
-        print(json.dumps(_worker(impl, int(streams), url)))
+        impl, streams, url, trickle, every = args.worker
+        print(json.dumps(_worker(impl, int(streams), url, int(trickle), float(every))))
         return
     counts = [int(n) for n in args.streams.split(",")]
     ideal = 1 / args.gap
@@ -273,7 +283,8 @@ def main() -> None:
     split: List[str] = []
     failed = False
     with serving(
-        lambda sock: EventServer(sock, args.events, args.gap, _event_chunk), max(counts)
+        lambda sock: EventServer(sock, args.events, args.gap, _event_chunk),
+        max(counts) + args.trickle,
     ) as url:
         for streams in counts:
             runs: Dict[str, List[Dict[str, Any]]] = {"plain": [], "guarded": []}
@@ -281,8 +292,18 @@ def main() -> None:
                 order = ("plain", "guarded") if round_ % 2 == 0 else ("guarded", "plain")
                 for impl in order:
                     label = f"{impl} N={streams}"
-                    result = run_worker(__file__, [impl, str(streams), url], _WORKER_SECONDS, label)
-                    if result["errors"] or result["events"] != streams * args.events:
+                    worker_args = [
+                        impl,
+                        str(streams),
+                        url,
+                        str(args.trickle),
+                        str(args.trickle_every),
+                    ]
+                    result = run_worker(__file__, worker_args, _WORKER_SECONDS, label)
+                    if (
+                        result["errors"]
+                        or result["events"] != (streams + args.trickle) * args.events
+                    ):
                         raise RuntimeError(f"{impl} N={streams}: {result['errors'][:3]}")
                     runs[impl].append(result)
             plain, guarded = runs["plain"], runs["guarded"]
