@@ -276,15 +276,18 @@ class BodyFeed(Generic[T]):
         """On the shared reader, every so often: once the process is neither busy nor in a
         burst of opens, the consumer reads the socket again (blocking, its kernel timeout).
         True: it does, and the shared reader lets the socket go."""
-        channel = self._channel
-        if channel is None or _crowded():
+        channel, feed = self._channel, self._feed
+        if channel is None or feed is None or _crowded():
             return False
+        # Undone before the consumer can read: once it does, it may move the body again.
+        self._feed = None
+        channel.set_resume(None)
         self._socket_read.own()
         if not channel.reattach(self):  # stopped: the shared reader ends it, as before
             self._socket_read.let_go()
+            self._feed = feed
+            channel.set_resume(lambda: engine.kick(feed))
             return False
-        channel.set_resume(None)
-        self._feed = None
         return True
 
     def take(self, data: Optional[bytes]) -> bool:
