@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import math
 import os
 import threading
 import time
@@ -13,7 +12,7 @@ import pytest
 
 from watchdog_sync.testing import WATCHDOG_THREAD_NAME
 
-from .internals import fresh_bursts, pipeline_module
+from .internals import endless_burst, pipeline_module
 from .rawclient import Raw
 
 _SETTLE_SECONDS = 2.0
@@ -101,10 +100,7 @@ def read_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """Socket-backed stream bodies read by their consumers (the default, with up to
     ``SHARED_FROM`` bodies open), or by the shared reader (as with more open)."""
     if request.param == "shared reader":
-        monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
-        monkeypatch.setattr(pipeline_module, "CALM", math.inf)  # never handed back
-        monkeypatch.setattr(pipeline_module, "BURST_OPENS", 1)  # every open a burst
-        fresh_bursts(monkeypatch)
+        _all_on_the_shared_reader(monkeypatch)
     return str(request.param)
 
 
@@ -112,7 +108,9 @@ def read_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 def shared_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every socket-backed stream body is read by the shared reader, as with more than
     ``SHARED_FROM`` bodies open during a burst of opens that never ends."""
+    _all_on_the_shared_reader(monkeypatch)
+
+
+def _all_on_the_shared_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
-    monkeypatch.setattr(pipeline_module, "CALM", math.inf)
-    monkeypatch.setattr(pipeline_module, "BURST_OPENS", 1)
-    fresh_bursts(monkeypatch)
+    endless_burst(monkeypatch)  # never handed back

@@ -98,7 +98,7 @@ __all__ = [
     "SHARED_READER_THREAD_NAME",
     "TURN_BYTES",
     "pipeline_module",
-    "fresh_bursts",
+    "endless_burst",
     "Feed",
     "add_feed",
     "StreamLimits",
@@ -170,8 +170,11 @@ def timers_held() -> int:
     return len(_watchdog._WATCHDOG._heap)
 
 
-def fresh_bursts(monkeypatch: Any) -> None:
-    """No burst of opens from an earlier test: the starts counted anew (restored after)."""
+def endless_burst(monkeypatch: Any) -> None:
+    """Every open a burst of opens that never ends (unless the test sets ``CALM`` again),
+    counted anew: an earlier test's starts are not this one's (all restored after)."""
+    monkeypatch.setattr(pipeline_module, "CALM", math.inf)
+    monkeypatch.setattr(pipeline_module, "BURST_OPENS", 1)
     monkeypatch.setattr(pipeline_module, "_starts", collections.deque())
     monkeypatch.setattr(pipeline_module, "_burst_until", -math.inf)
 

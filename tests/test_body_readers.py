@@ -6,7 +6,6 @@ BodyFeed)."""
 from __future__ import annotations
 
 import json
-import math
 import socket
 import threading
 from typing import Any, Dict, Iterator, List, Optional
@@ -15,7 +14,7 @@ import pytest
 
 from watchdog_sync import stream_sse
 
-from .internals import SHARED_READER_THREAD_NAME, fresh_bursts, pipeline_module
+from .internals import SHARED_READER_THREAD_NAME, endless_burst, pipeline_module
 from .rawserver import RawServer, end_body, event, read_request_head, send_body_piece, send_sse_head
 from .waiting import wait_for
 
@@ -46,6 +45,10 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Dict[str, Dict[int, List[str]]]:
     return record
 
 
+def _shared_reader_running() -> bool:
+    return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
+
+
 @pytest.fixture(autouse=True)
 def fresh_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """The busy sign's window starts empty: an earlier test's reads are not this one's. And
@@ -53,9 +56,7 @@ def fresh_window(monkeypatch: pytest.MonkeyPatch) -> None:
     for counter in ("_window_reads", "_window_readers", "_window_behind"):
         monkeypatch.setattr(pipeline_module, counter, 0)
     monkeypatch.setattr(pipeline_module, "_busy", False)
-    monkeypatch.setattr(pipeline_module, "CALM", math.inf)
-    monkeypatch.setattr(pipeline_module, "BURST_OPENS", 1)
-    fresh_bursts(monkeypatch)
+    endless_burst(monkeypatch)
 
 
 @pytest.fixture
@@ -229,14 +230,11 @@ def test_once_the_burst_of_opens_is_over_the_shared_reader_hands_each_body_back(
             send_body_piece(conn, event(n))
         end_body(conn)
 
-    def shared_reader_running() -> bool:
-        return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
-
     with RawServer(handler, max_connections=2) as server:
         streams = [stream_sse(server.url, idle_timeout=5) for _ in range(2)]
         firsts = [numbers([next(s)]) for s in streams]  # both on the shared reader
-        on_reader = shared_reader_running()
-        assert wait_for(lambda: not shared_reader_running(), limit=10)
+        on_reader = _shared_reader_running()
+        assert wait_for(lambda: not _shared_reader_running(), limit=10)
         calm.set()
         rest = [numbers(s) for s in streams]
     assert on_reader and firsts == [[0]] * 2 and rest == [list(range(1, count))] * 2
@@ -270,22 +268,19 @@ def test_a_body_handed_back_moves_to_the_shared_reader_again_at_the_next_burst(
                 send_body_piece(conn, event(n))
         end_body(conn)
 
-    def shared_reader_running() -> bool:
-        return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
-
     with RawServer(handler, max_connections=2) as server:
         moving = stream_sse(server.url, idle_timeout=5)
         got = numbers([next(moving)])  # on the shared reader: the first burst
-        assert wait_for(lambda: not shared_reader_running(), limit=10)  # handed back
+        assert wait_for(lambda: not _shared_reader_running(), limit=10)  # handed back
         assert numbers(stream_sse(server.url, idle_timeout=5)) == [0]  # a second burst
         steps[0].set()
         got += numbers([next(moving)])  # its consumer's read, then the move
-        assert shared_reader_running()
+        assert _shared_reader_running()
         steps[1].set()
         got += numbers([next(moving)])
         body = next(iter(reads["taken"]))  # the moving stream's: it took bytes first
         moved_again = reads["taken"][body][-1]
-        assert wait_for(lambda: not shared_reader_running(), limit=10)  # handed back again
+        assert wait_for(lambda: not _shared_reader_running(), limit=10)  # handed back again
         steps[2].set()
         got += numbers(moving)
     assert got == [0, 1, 2, 3]
@@ -301,16 +296,13 @@ def test_a_consumer_waiting_on_the_shared_reader_is_handed_its_body_and_reads_it
     monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
     monkeypatch.setattr(pipeline_module, "CALM", 0.5)
 
-    def shared_reader_running() -> bool:
-        return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
-
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
         send_sse_head(conn)
         send_body_piece(conn, event(0))
-        if not wait_for(shared_reader_running, limit=10):  # the body moved to it
+        if not wait_for(_shared_reader_running, limit=10):  # the body moved to it
             return
-        if not wait_for(lambda: not shared_reader_running(), limit=10):  # handed back
+        if not wait_for(lambda: not _shared_reader_running(), limit=10):  # handed back
             return
         send_body_piece(conn, event(1))
         end_body(conn)
@@ -318,7 +310,7 @@ def test_a_consumer_waiting_on_the_shared_reader_is_handed_its_body_and_reads_it
     with RawServer(handler, max_connections=1) as server:
         stream = stream_sse(server.url, idle_timeout=5)
         first = numbers([next(stream)])
-        on_reader = shared_reader_running()
+        on_reader = _shared_reader_running()
         rest = numbers(stream)  # waits on the shared reader, then on its own socket
     assert on_reader and first == [0] and rest == [1]
     (pulled,) = reads["pulled"].values()
@@ -343,15 +335,12 @@ def test_opens_fewer_than_a_burst_leave_the_bodies_with_their_consumers(
         if done.wait(10):
             end_body(conn)
 
-    def shared_reader_running() -> bool:
-        return any(t.name == SHARED_READER_THREAD_NAME for t in threading.enumerate())
-
     with RawServer(handler, max_connections=3) as server:
         streams = [stream_sse(server.url, idle_timeout=5) for _ in range(3)]
         firsts = [numbers([next(s)]) for s in streams[:2]]
-        before_the_burst = shared_reader_running()
+        before_the_burst = _shared_reader_running()
         firsts.append(numbers([next(streams[2])]))  # the third open within CALM: a burst
-        in_the_burst = shared_reader_running()
+        in_the_burst = _shared_reader_running()
         done.set()
         rest = [numbers(s) for s in streams]
     assert not before_the_burst and in_the_burst

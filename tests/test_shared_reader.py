@@ -190,7 +190,7 @@ def test_a_socket_closed_from_outside_ends_its_stream_and_frees_its_number_for_t
         def end(error: object, eof: bool) -> None:
             ended.append((name, type(error).__name__))
 
-        return engine_module.Feed(sock, take, end, lambda: None, lambda: False)
+        return engine_module.Feed(sock, take, end, lambda: None)
 
     old, old_peer = socket.socketpair()
     old.setblocking(False)

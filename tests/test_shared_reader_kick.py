@@ -80,7 +80,6 @@ class _SocketFeeds:
             self._take,
             lambda error, eof: self.ended.append(error),
             lambda: None,
-            lambda: False,
         )
 
     def _take(self, data: bytes) -> bool:

@@ -194,13 +194,7 @@ def test_a_flooding_socket_gets_one_bounded_slice_per_turn_while_another_waits()
             ours.setblocking(False)
             theirs.send(b":")  # ready now: the reader takes it, then waits at the gate
             add_feed(
-                Feed(
-                    ours,
-                    taker(which),
-                    lambda e, eof, w=which: ended.append(w),
-                    lambda: None,
-                    lambda: False,
-                )
+                Feed(ours, taker(which), lambda e, eof, w=which: ended.append(w), lambda: None)
             )
         assert entered.wait(5)
         for _, theirs in pairs:

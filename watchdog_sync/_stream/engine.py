@@ -62,7 +62,8 @@ class Feed:
     buffer is full or the body ended (``self.finished``); ``end(error)`` is
     called once, on the reader thread, when the socket is done. ``give_back()``,
     asked every :data:`GIVE_BACK_EVERY` seconds, returns True when the stream's
-    consumer reads the socket from then on: the reader lets it go.
+    consumer reads the socket from then on: the reader lets it go (by default it
+    never does).
     """
 
     __slots__ = (
@@ -83,7 +84,7 @@ class Feed:
         take: Callable[[bytes], bool],
         end: Callable[[Optional[BaseException], bool], None],
         flush: Callable[[], None],
-        give_back: Callable[[], bool],
+        give_back: Callable[[], bool] = lambda: False,
     ) -> None:
         self.give_back = give_back
         self.sock = sock
