@@ -46,6 +46,18 @@ def test_current_budget_is_the_innermost_scope() -> None:
         assert current_budget() is outer
 
 
+def test_an_outermost_scope_is_one_budget_of_its_own() -> None:
+    """Outside any scope, ``deadline()`` makes its budget alone (no unbounded parent made
+    only to be its root), with its limit and stage; a scope inside it is its child."""
+    with deadline(5, stage="outer") as outer:
+        assert outer.parent is None and outer.stage == "outer"
+        assert 4.0 < outer.remaining() <= 5.0
+        with deadline(stage="inner") as inner:
+            assert inner.parent is outer and inner.deadline == outer.deadline
+    with deadline() as unbounded:
+        assert unbounded.parent is None and unbounded.remaining() == math.inf
+
+
 def test_nested_scopes_only_shrink() -> None:
     with deadline(1), deadline(100) as inner:
         assert inner.remaining() <= 1.0

@@ -22,6 +22,7 @@ __all__ = [
     "boundary",
     "carry_budget",
     "current_budget",
+    "current_child",
     "deadline",
     "entry_scope",
     "error_for",
@@ -42,6 +43,15 @@ def current_budget() -> Budget:
     """The innermost scope's budget, or a fresh unbounded one outside any scope."""
     budget = _CURRENT.get()
     return budget if budget is not None else Budget()
+
+
+def current_child(timeout: Optional[Duration] = None, *, stage: Optional[str] = None) -> Budget:
+    """A child of the innermost scope's budget, capped at ``timeout``; outside any scope a
+    budget of its own (as a child of a fresh unbounded one would be, without making one)."""
+    budget = _CURRENT.get()
+    if budget is None:
+        return Budget(timeout, stage=stage)
+    return budget.child(timeout, stage=stage)
 
 
 def scoped_budget() -> Optional[Budget]:
@@ -156,7 +166,7 @@ def deadline(
         with deadline(10, stage="sample") as budget:
             answer = client.complete(messages)   # shares the 10 s
     """
-    budget = current_budget().child(timeout, stage=stage)
+    budget = current_child(timeout, stage=stage)
     with boundary(budget):
         yield budget
 
@@ -171,11 +181,10 @@ def joined_budget(
     entry point converts the end of the second budget (the explicit one, or
     its own) into an error; ends of outer scopes pass through to them.
     """
-    current = _CURRENT.get()
     if explicit is None:
-        base = current if current is not None else Budget()
-        own = base.child(timeout, stage=stage)
+        own = current_child(timeout, stage=stage)
         return own, own, _noop
+    current = _CURRENT.get()
     if current is None or _descends(explicit, current):
         return explicit.child(timeout, stage=stage), explicit, _noop
     own = current.child(timeout, stage=stage or explicit.stage)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._core.budget import Budget
 from .._core.durations import validate_duration
 from .._core.errors import Cancelled, DeadlineExceeded, WatchdogError
-from .._core.scope import current_budget, error_for, owns, scoped_budget, using_budget
+from .._core.scope import current_child, error_for, owns, scoped_budget, using_budget
 from .celery_wait import enable as bound_waits
 from .celery_wait import record_sent
 from .wallclock import SentDeadline, parse_seconds, time_left
@@ -254,7 +254,7 @@ class _Installation:
                 elapsed=0.0,
                 remaining=0.0,
             )
-        budget = current_budget().child(seconds, stage=stage)
+        budget = current_child(seconds, stage=stage)
         token = _RUNNING.set(request.id)
         try:
             with using_budget(budget):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Iterable, Optional
 from .._core.budget import Budget
 from .._core.durations import Duration, validate_duration
 from .._core.errors import Cancelled, DeadlineExceeded
-from .._core.scope import current_budget, set_current
+from .._core.scope import current_child, set_current
 from .body import Reply, ScopedBody, StartResponse, converted, timeout_reply
 from .headers import incoming_timeout
 
@@ -108,6 +108,6 @@ class DeadlineMiddleware:
 
 def _enter(timeout: Optional[float]) -> Budget:
     """In the request's private context: its budget, made current for the whole request."""
-    budget = current_budget().child(timeout, stage=STAGE)
+    budget = current_child(timeout, stage=STAGE)
     set_current(budget)
     return budget

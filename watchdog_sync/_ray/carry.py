@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from .._core.errors import DeadlineExceeded
-from .._core.scope import boundary, current_budget, scoped_budget
+from .._core.scope import boundary, current_child, scoped_budget
 from .._propagate.wallclock import SentDeadline, parse_seconds, time_left
 
 __all__ = ["Carried", "carried_now", "not_started", "run_carried", "seconds_left"]
@@ -92,5 +92,5 @@ def run_carried(
         return fn(*args, **kwargs)
     if left <= 0:
         raise not_started(stage, -left)
-    with boundary(current_budget().child(left, stage=stage)):
+    with boundary(current_child(left, stage=stage)):
         return fn(*args, **kwargs)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Generic, Literal, Optional, TypeVar
 from .._core.clock import MONOTONIC
 from .._core.durations import Duration, validate_duration
 from .._core.events import Event, emit
-from .._core.scope import current_budget
+from .._core.scope import current_child
 from . import process
 from .outcome import Outcome
 from .process import pickle_call, run_in_process
@@ -167,7 +167,7 @@ def run_sample(
             getattr(fn, "__module__", None), preload=_FORK_SERVER_PRELOAD
         )
     started = time.monotonic()
-    budget = current_budget().child(seconds, stage=STAGE)
+    budget = current_child(seconds, stage=STAGE)
     budget.check()  # an enclosing scope that has already ended: its scope decides
     if budget.clock is MONOTONIC and budget.deadline is not None:
         real_deadline = budget.deadline  # exactly the budget's, so both ends agree
