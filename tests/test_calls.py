@@ -12,6 +12,8 @@ import watchdog_sync as ws
 from watchdog_sync import Event, add_listener
 from watchdog_sync.testing import FaultGateway
 
+from .internals import events_module
+
 pytestmark = pytest.mark.timeout(30)
 
 FAST = ws.RetryPolicy(max_attempts=2, initial_backoff=0.01, jitter=0.0)
@@ -52,6 +54,38 @@ def test_nothing_is_emitted_and_no_id_taken_while_nobody_observes(
     caplog.set_level(logging.INFO, logger="watchdog_sync")
     ws.retry_call(lambda: None, stage="quiet")
     assert [r for r in caplog.records if getattr(r, "event", None) == "call_start"] == []
+
+
+def test_a_stream_makes_no_event_at_all_while_nobody_observes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Events cost their making: a stream nobody watches makes none (no ``first_byte``, no
+    ``stream_end``, no call boundaries), and one somebody watches makes them all."""
+    caplog.set_level(logging.INFO, logger="watchdog_sync")
+    made: List[str] = []
+    real = events_module.Event
+
+    def counted(name: str, **fields: object) -> Event:
+        made.append(name)
+        return real(name, **fields)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(events_module, "Event", counted)
+    with FaultGateway() as gw:
+        url = gw.base_url("ok") + "/chat/completions"
+        with ws.deadline(10), ws.stream_sse(url, json={"stream": True}) as events:
+            assert sum(1 for _ in events) >= 2
+        assert made == []
+        seen: List[Event] = []
+        unregister = add_listener(seen.append)
+        try:
+            with ws.stream_sse(url, json={"stream": True}) as events:
+                assert sum(1 for _ in events) >= 2
+        finally:
+            unregister()
+    assert {"first_byte", "stream_end"} <= set(made)
+    names = [e.event for e in seen]
+    assert names[0] == "call_start" and names[-1] == "call_end"
+    assert {"first_byte", "stream_end"} <= set(names)
 
 
 def test_a_chat_streams_call_ends_once_with_its_outcome(seen: List[Event]) -> None:

@@ -150,13 +150,14 @@ class Channel(Generic[T]):
         append(item)
         del item
         room = self._next_round()  # hands the first item over before announcing it
-        _events.emit(
-            _events.Event(
-                "first_byte",
-                stage=self._stage,
-                first_byte_ms=(self._first_at - self._created) * 1000.0,
+        if _events.observed():  # an event costs its making: none when nobody would see it
+            _events.emit(
+                _events.Event(
+                    "first_byte",
+                    stage=self._stage,
+                    first_byte_ms=(self._first_at - self._created) * 1000.0,
+                )
             )
-        )
         # The source, then a marker that records its end (all in C, nothing per item).
         ended: List[bool] = []
         items = itertools.chain(iterator, iter(functools.partial(ended.append, True), None))
@@ -379,15 +380,16 @@ class Channel(Generic[T]):
         for release in unregister:
             release()
         self._unblock()
-        _events.emit(
-            _events.Event(
-                "stream_end",
-                stage=self._stage,
-                reason=ended_by,
-                chunks_received=self.delivered(),
-                elapsed_ms=(self._ended_at - self._created) * 1000.0,
+        if _events.observed():
+            _events.emit(
+                _events.Event(
+                    "stream_end",
+                    stage=self._stage,
+                    reason=ended_by,
+                    chunks_received=self.delivered(),
+                    elapsed_ms=(self._ended_at - self._created) * 1000.0,
+                )
             )
-        )
 
     def _unblock(self) -> None:
         """Shut the sockets the reader is reading through instrumented connections, and call

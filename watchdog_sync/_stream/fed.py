@@ -177,7 +177,7 @@ class FedChannel(Channel[T]):
             self._buf.extend(items)  # on the shared reader, flush() wakes the consumer
             room = len(self._buf) < self._max
             self._reader_waiting = not room
-        if first:
+        if first and _events.observed():
             assert self._first_at is not None
             self._context.run(
                 _events.emit,

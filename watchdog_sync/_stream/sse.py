@@ -11,6 +11,7 @@ gateway that only pings still times out.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
@@ -24,7 +25,7 @@ from .._core.config import (
     deprecated,
 )
 from .._core.durations import Duration
-from .._core.events import event_fields
+from .._core.events import event_fields, observed
 from .._core.redact import clean_headers, header_secrets, url_secrets
 from .._core.scope import current_budget
 from .._http.http import Session
@@ -246,9 +247,11 @@ def open_sse(
         for body in feeds:
             body.kick()  # a socket the shared reader paused is watched again
 
-    mark = _mark(url, base, limits.idle) if observe else None
+    # Made only when somebody observes: an unobserved call would be inert anyway.
+    mark = _mark(url, base, limits.idle) if observe and observed() else None
+    context = contextlib.nullcontext() if mark is None else event_fields(**mark.fields())
     try:
-        with event_fields(**({} if mark is None else mark.fields())):  # the stream's context
+        with context:  # the stream's: the shared reader's events from it carry the call's id
             guarded: GuardedStream[Any] = fed_stream(
                 sse_feed.Opener(
                     session=session,
