@@ -65,7 +65,10 @@ class Channel(Generic[T]):
     ) -> None:
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
-        self._not_full = threading.Condition(self._lock)
+        # A reader thread's own, made by start(): a fed channel has none (each stream's
+        # objects are what the cyclic GC walks while many are open).
+        self._not_full: Optional[threading.Condition] = None
+        self._reads: Optional[ReaderSockets] = None  # its reads through instrumented connections
         self._buf: List[T] = []
         self._max = max_buffered
         self._gate: List[None] = []  # the current round's slots; cleared = closed
@@ -78,7 +81,6 @@ class Channel(Generic[T]):
         self._reader_error: Optional[BaseException] = None
         self._unblocked = False
         self._on_timeout = on_timeout
-        self._reads = ReaderSockets()  # sockets of reads through instrumented connections
         self._idle = limits.idle
         self._first = limits.first
         self._first_named = limits.first_named
@@ -108,6 +110,8 @@ class Channel(Generic[T]):
     # -- starting ------------------------------------------------------------
 
     def start(self, source: Iterable[T], iterator: Iterator[T]) -> None:
+        self._not_full = threading.Condition(self._lock)
+        self._reads = ReaderSockets()
         for budget in self._budgets:
             self._unregister.append(budget.on_done(self._on_budget_done))
         context = contextvars.copy_context()
@@ -190,6 +194,7 @@ class Channel(Generic[T]):
             if self._consumer_waiting and self._buf:
                 self._wake_consumer()
             while len(self._buf) >= self._max:
+                assert self._not_full is not None  # (on the reader thread start() made)
                 self._reader_waiting = True
                 self._not_full.wait()
                 self._reader_waiting = False
@@ -202,7 +207,8 @@ class Channel(Generic[T]):
             return room
 
     def _room_again(self) -> None:  # with ``_lock`` held; a fed channel resumes its feeder
-        self._not_full.notify()
+        if self._not_full is not None:
+            self._not_full.notify()
 
     def _wake_consumer(self) -> None:
         """With ``_lock`` held: the consumer stops waiting now, so rounds resume at once."""
@@ -374,7 +380,8 @@ class Channel(Generic[T]):
             # came first): dropped, since its traceback holds the reader's frame, and so this.
             self._reader_error = None
             self._gate.clear()
-            self._not_full.notify_all()
+            if self._not_full is not None:
+                self._not_full.notify_all()
             self._not_empty.notify_all()
             unregister, self._unregister = self._unregister, []
         for release in unregister:
@@ -397,7 +404,7 @@ class Channel(Generic[T]):
         with self._lock:
             if self._unblocked or self._reader_done:
                 return
-        shut = self._reads.shut()
+        shut = self._reads is not None and self._reads.shut()
         with self._lock:
             if self._unblocked or (self._on_timeout is None and not shut):
                 return
