@@ -1,6 +1,6 @@
 """What one stream's open costs: stream_sse beside requests + sseclient-py, side by side.
 
-Usage: python benchmarks/open_cost.py [--opens 300] [--rounds 6] [--syscalls]
+Usage: python benchmarks/open_cost.py [--opens 300] [--rounds 6] [--syscalls] [--live 0]
 
 A local server (its own process, so it does not compete for the GIL) answers each
 request on 127.0.0.1 with a two-event stream. Each round opens ``--opens`` streams in a
@@ -12,12 +12,19 @@ end; it prints the CPU per open (min and median of the rounds) and their ratio.
 per open, the system calls that let the GIL go and so, with many threads, wait for it
 again: ``ioctl(FIONBIO)`` (every ``settimeout()``), ``poll``, ``connect``, ``sendto``,
 ``recvfrom``. With 100 threads opening at once each one is a turn in the GIL's queue.
+
+``--live N`` also holds N streams of each client open after their first event (from a
+server in its own process, whose streams last 50 s) and counts the objects the cyclic
+GC tracks per open stream: while many streams open at once, their objects are what each
+collection walks (``stream_sse`` each inside a ``deadline()`` of its own, as above).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import gc
 import os
 import re
 import shutil
@@ -31,6 +38,7 @@ from typing import Callable, Dict, List
 import requests
 import sseclient
 from _chunked_server import HEAD, chunk, running
+from _scale_server import EventServer, serving
 
 import watchdog_sync as ws
 
@@ -57,6 +65,44 @@ _CLIENTS: Dict[str, Callable[[str], int]] = {
     "requests + sseclient-py": _plain,
     "stream_sse": _guarded,
 }
+
+
+def _hold_plain(url: str, scopes: contextlib.ExitStack) -> Callable[[], None]:
+    response = requests.post(url, json={}, stream=True, timeout=(10, 30))
+    next(sseclient.SSEClient(response).events())
+    return response.close
+
+
+def _hold_guarded(url: str, scopes: contextlib.ExitStack) -> Callable[[], None]:
+    scopes.enter_context(ws.deadline(180))
+    stream = ws.stream_sse(url, json={}, idle_timeout=30)
+    next(stream)
+    return stream.close
+
+
+_HOLDERS = {"requests + sseclient-py": _hold_plain, "stream_sse": _hold_guarded}
+
+
+def _live_event(index: int) -> bytes:
+    payload = b'data: {"i":%d}\n\n' % index
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _tracked_per_stream(streams: int) -> Dict[str, float]:
+    """GC-tracked objects per open stream, ``streams`` of each client held at once."""
+    tracked: Dict[str, float] = {}
+    with serving(lambda listener: EventServer(listener, 1000, 0.05, _live_event), streams) as url:
+        for name, hold in _HOLDERS.items():
+            with contextlib.ExitStack() as scopes:
+                closes = [hold(url, scopes)]  # imports and first-call work out of the count
+                gc.collect()
+                before = len(gc.get_objects())
+                closes += [hold(url, scopes) for _ in range(streams)]
+                gc.collect()
+                tracked[name] = (len(gc.get_objects()) - before) / streams
+                for close in closes:
+                    close()
+    return tracked
 
 
 def _cpu_per_open(fn: Callable[[str], int], url: str, opens: int) -> float:
@@ -106,6 +152,7 @@ def main() -> None:
     parser.add_argument("--opens", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--syscalls", action="store_true")
+    parser.add_argument("--live", type=int, default=0)
     parser.add_argument("--strace-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.strace_child:
@@ -127,19 +174,30 @@ def main() -> None:
         for name, values in cpu.items():
             median = statistics.median(values)
             print(f"| {name} | {min(values):.0f} | {median:.0f} | {median / base:.2f} |")
-        if not args.syscalls:
-            return
-        if shutil.which("strace") is None:
-            print("\n(strace is not installed: no system-call counts)")
-            return
-        print("\nSystem calls per open that let the GIL go (strace -f, 100 opens)\n")
-        counted = {name: _syscalls(name, url, 100) for name in _CLIENTS}
-        calls = sorted({call for counts in counted.values() for call in counts})
-        print("| client | " + " | ".join(calls) + " | all |")
-        print("| --- |" + " --- |" * (len(calls) + 1))
-        for name, counts in counted.items():
-            cells = " | ".join(f"{counts.get(call, 0.0):.1f}" for call in calls)
-            print(f"| {name} | {cells} | {sum(counts.values()):.1f} |")
+        if args.syscalls:
+            _print_syscalls(url)
+    if args.live:
+        tracked = _tracked_per_stream(args.live)
+        print(f"\nObjects the cyclic GC tracks per open stream ({args.live} held open at once)\n")
+        print("| client | objects | ratio |")
+        print("| --- | --- | --- |")
+        for name, count in tracked.items():
+            ratio = count / tracked["requests + sseclient-py"]
+            print(f"| {name} | {count:.1f} | {ratio:.2f} |")
+
+
+def _print_syscalls(url: str) -> None:
+    if shutil.which("strace") is None:
+        print("\n(strace is not installed: no system-call counts)")
+        return
+    print("\nSystem calls per open that let the GIL go (strace -f, 100 opens)\n")
+    counted = {name: _syscalls(name, url, 100) for name in _CLIENTS}
+    calls = sorted({call for counts in counted.values() for call in counts})
+    print("| client | " + " | ".join(calls) + " | all |")
+    print("| --- |" + " --- |" * (len(calls) + 1))
+    for name, counts in counted.items():
+        cells = " | ".join(f"{counts.get(call, 0.0):.1f}" for call in calls)
+        print(f"| {name} | {cells} | {sum(counts.values()):.1f} |")
 
 
 if __name__ == "__main__":
