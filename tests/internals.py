@@ -13,7 +13,6 @@ from watchdog_sync._chat.complete import MAX_RESPONSE_BYTES
 from watchdog_sync._cli.demo import SCENARIOS, run_demo
 from watchdog_sync._cli.probe import suggest_idle_timeout
 from watchdog_sync._core import config as config_module
-from watchdog_sync._core import events as events_module
 from watchdog_sync._core import redact as redact_module
 from watchdog_sync._core import watchdog as _watchdog
 from watchdog_sync._core.clock import MONOTONIC
@@ -120,7 +119,6 @@ __all__ = [
     "carried_now",
     "clip_timeout",
     "config_module",
-    "events_module",
     "context_with_fields",
     "default_policy",
     "emit",

@@ -20,6 +20,7 @@ __all__ = [
     "context_with_fields",
     "current_field",
     "emit",
+    "emit_observed",
     "event_fields",
     "observed",
 ]
@@ -124,6 +125,13 @@ def add_listener(callback: Listener) -> Callable[[], None]:
                 _listeners.remove(callback)
 
     return unregister
+
+
+def emit_observed(name: str, **fields: Any) -> None:
+    """Make the event ``name`` with ``fields`` and :func:`emit` it, only when somebody would
+    see it (:func:`observed`): an event of 24 fields costs its making, on every stream."""
+    if observed():
+        emit(Event(name, **fields))
 
 
 def emit(event: Event) -> None:

@@ -154,14 +154,9 @@ class Channel(Generic[T]):
         append(item)
         del item
         room = self._next_round()  # hands the first item over before announcing it
-        if _events.observed():  # an event costs its making: none when nobody would see it
-            _events.emit(
-                _events.Event(
-                    "first_byte",
-                    stage=self._stage,
-                    first_byte_ms=(self._first_at - self._created) * 1000.0,
-                )
-            )
+        _events.emit_observed(
+            "first_byte", stage=self._stage, first_byte_ms=(self._first_at - self._created) * 1000.0
+        )
         # The source, then a marker that records its end (all in C, nothing per item).
         ended: List[bool] = []
         items = itertools.chain(iterator, iter(functools.partial(ended.append, True), None))
@@ -207,8 +202,8 @@ class Channel(Generic[T]):
             return room
 
     def _room_again(self) -> None:  # with ``_lock`` held; a fed channel resumes its feeder
-        if self._not_full is not None:
-            self._not_full.notify()
+        assert self._not_full is not None  # (only a reader thread waits for room)
+        self._not_full.notify()
 
     def _wake_consumer(self) -> None:
         """With ``_lock`` held: the consumer stops waiting now, so rounds resume at once."""
@@ -387,16 +382,13 @@ class Channel(Generic[T]):
         for release in unregister:
             release()
         self._unblock()
-        if _events.observed():
-            _events.emit(
-                _events.Event(
-                    "stream_end",
-                    stage=self._stage,
-                    reason=ended_by,
-                    chunks_received=self.delivered(),
-                    elapsed_ms=(self._ended_at - self._created) * 1000.0,
-                )
-            )
+        _events.emit_observed(
+            "stream_end",
+            stage=self._stage,
+            reason=ended_by,
+            chunks_received=self.delivered(),
+            elapsed_ms=(self._ended_at - self._created) * 1000.0,
+        )
 
     def _unblock(self) -> None:
         """Shut the sockets the reader is reading through instrumented connections, and call

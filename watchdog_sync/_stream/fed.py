@@ -177,15 +177,13 @@ class FedChannel(Channel[T]):
             self._buf.extend(items)  # on the shared reader, flush() wakes the consumer
             room = len(self._buf) < self._max
             self._reader_waiting = not room
-        if first and _events.observed():
+        if first:
             assert self._first_at is not None
             self._context.run(
-                _events.emit,
-                _events.Event(
-                    "first_byte",
-                    stage=self._stage,
-                    first_byte_ms=(self._first_at - self._created) * 1000.0,
-                ),
+                _events.emit_observed,
+                "first_byte",
+                stage=self._stage,
+                first_byte_ms=(self._first_at - self._created) * 1000.0,
             )
         return room
 
