@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import List
@@ -30,6 +31,30 @@ def test_a_timers_cancel_never_waits_for_the_watchdogs_lock() -> None:
     canceller.join(5)
     assert done_while_held
     assert handle.cancelled
+
+
+def test_at_interpreter_exit_scheduling_never_waits_for_the_watchdogs_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At exit the watchdog thread may have been stopped holding its lock (a daemon thread
+    ends where it stands when it next wants the GIL): a due callback then runs in the thread
+    that schedules it, without the lock, and a later one is not waited for."""
+    ran = threading.Event()
+    scheduled = threading.Event()
+
+    def schedule() -> None:
+        watchdog_call_at(time.monotonic(), ran.set)
+        watchdog_call_at(time.monotonic() + 3600, lambda: None)
+        scheduled.set()
+
+    scheduler = threading.Thread(target=schedule, daemon=True)
+    monkeypatch.setattr(sys, "is_finalizing", lambda: True)
+    with watchdog_lock():  # the stopped watchdog thread's, never to be released
+        scheduler.start()
+        done_while_held = scheduled.wait(2)
+    monkeypatch.undo()
+    scheduler.join(5)
+    assert done_while_held and ran.is_set()
 
 
 def test_cancelled_timers_are_dropped_from_the_heap_and_live_ones_still_run() -> None:

@@ -71,7 +71,10 @@ class _Watchdog:
 
     def _running(self) -> bool:
         """With the lock held: the thread runs, started if need be; False at interpreter
-        exit, when none can start."""
+        exit, when none can start. Callers look at that before they take the lock: at exit
+        the thread may have been stopped holding it (a daemon thread ends where it stands
+        when it next wants the GIL, as after a wait that took the lock back), and a lock
+        nobody will release would hold the exiting process for ever."""
         if self._thread is not None and self._thread.is_alive():
             return True
         if not threads_can_start():
@@ -84,23 +87,25 @@ class _Watchdog:
         if isinstance(when, bool) or not isinstance(when, (int, float)) or math.isnan(when):
             raise ValueError(f"when must be a time on time.monotonic(), got {when!r}")
         handle = TimerHandle(when, fn)
-        with self._lock:
-            if self._running():
-                self._compact_if_mostly_dead()
-                heapq.heappush(self._heap, (when, next(self._seq), handle))
-                if self._heap[0][2] is handle:
-                    self._wake.notify()
-                return handle
+        if threads_can_start():  # see _running(); at exit, the lock is not even taken
+            with self._lock:
+                if self._running():
+                    self._compact_if_mostly_dead()
+                    heapq.heappush(self._heap, (when, next(self._seq), handle))
+                    if self._heap[0][2] is handle:
+                        self._wake.notify()
+                    return handle
         if when <= time.monotonic():
             _run_one(fn)
         return handle
 
     def call_soon(self, fn: Callable[[], None]) -> None:
-        with self._lock:
-            if self._running():
-                self._ready.append(fn)
-                self._wake.notify()
-                return
+        if threads_can_start():
+            with self._lock:
+                if self._running():
+                    self._ready.append(fn)
+                    self._wake.notify()
+                    return
         _run_one(fn)
 
     def _compact_if_mostly_dead(self) -> None:
