@@ -23,6 +23,7 @@ from watchdog_sync._core.events import context_with_fields, emit, event_fields
 from watchdog_sync._core.redact import excerpt
 from watchdog_sync._core.scope import entry_scope
 from watchdog_sync._http.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
+from watchdog_sync._http.environment import may_name_a_proxy
 from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
@@ -148,6 +149,7 @@ __all__ = [
     "shared_reader_lock",
     "error_event",
     "json_object",
+    "may_name_a_proxy",
     "suggest_idle_timeout",
     "UnknownEncoding",
     "task_window",
