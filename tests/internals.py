@@ -50,6 +50,7 @@ from watchdog_sync._stream.fed import FedChannel, fed_stream
 from watchdog_sync._stream.framing import EventFramer
 from watchdog_sync._stream.limits import StreamLimits
 from watchdog_sync._stream.parse import parse_events
+from watchdog_sync._stream.private_session import private_session
 from watchdog_sync._stream.socket_read import KERNEL_MARGIN, SocketRead
 from watchdog_sync._stream.sse import SSEStream
 from watchdog_sync._stream.sse_feed import _http_response
@@ -150,6 +151,7 @@ __all__ = [
     "error_event",
     "json_object",
     "may_name_a_proxy",
+    "private_session",
     "suggest_idle_timeout",
     "UnknownEncoding",
     "task_window",

@@ -17,6 +17,7 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync import stream_sse
 
+from .internals import private_session
 from .rawserver import (
     RawServer,
     end_body,
@@ -177,8 +178,8 @@ def test_consumer_break_releases_the_connection() -> None:
 
 
 def test_a_stream_without_a_session_closes_its_connection_when_it_ends_cleanly() -> None:
-    """Its private session is let go once the head is in (as requests.post does); the
-    connection, held by the response, is closed at the body's end, not left pooled."""
+    """It sends with its thread's private session, not one of its own; the connection,
+    held by the response, is closed at the body's end, not left pooled."""
     seen: List[float] = []
     counted = threading.Event()
 
@@ -197,13 +198,15 @@ def test_a_stream_without_a_session_closes_its_connection_when_it_ends_cleanly()
         gc.collect()
         return sum(1 for o in gc.get_objects() if isinstance(o, ws.Session))
 
+    _, let_go = private_session()  # this thread's session exists before the count
+    let_go(True)
     with RawServer(complete_then_watch) as server:
         before = sessions()
         stream = stream_sse(server.url, idle_timeout=5)
         first = json.loads(next(iter(stream)).data)["n"]
         open_sessions = sessions()
         counted.set()
-        assert open_sessions == before  # the stream's own session was let go with the head
+        assert open_sessions == before  # no session of its own
         assert [first, *(json.loads(e.data)["n"] for e in stream)] == [0, 1, 2]
         ended = time.monotonic()
         deadline = time.monotonic() + 2

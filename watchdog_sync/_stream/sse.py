@@ -142,7 +142,10 @@ def stream_sse(
             credential header's value is stripped of surrounding whitespace and
             invisible characters, and one left inside is a ``ValueError`` that
             does not show the value).
-        session: a :class:`Session` to send with; a private one by default.
+        session: a :class:`Session` to send with. By default the calling thread's
+            private one, held by one open stream at a time (a stream opened while
+            another holds it gets a new one), its cookies cleared before each
+            request: as if each call made its own, as ``requests.post`` does.
         idle_timeout: the longest gap allowed between data events. Default:
             ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s, read at each call. An idle
             limit: ``None``, ``inf`` or any value ``<= 0`` turns the idle

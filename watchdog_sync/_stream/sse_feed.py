@@ -31,6 +31,7 @@ from .fed import FedChannel, OpenTimedOut
 from .framing import EventFramer
 from .parse import parse_events
 from .pipeline import BodyFeed
+from .private_session import private_session
 from .socket_read import READ_SIZE
 from .wire import is_activity
 
@@ -172,6 +173,7 @@ class Opener:
         "framer",
         "headers",
         "method",
+        "release",
         "session",
         "stream_ref",
         "url",
@@ -203,9 +205,14 @@ class Opener:
         self.stream_ref = stream_ref
         self.abort = abort
         self.feeds = feeds  # the stream's stop() kicks the body found here
+        self.release: Optional[Callable[[bool], None]] = None  # a private session's, at the end
 
     def __call__(self, channel: FedChannel[Any]) -> None:
-        response = self._send(channel.first_item_left())
+        try:
+            response = self._send(channel.first_item_left())
+        except BaseException:
+            self._let_session_go(reusable=False)  # no response holds its connection
+            raise
         current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
@@ -233,8 +240,9 @@ class Opener:
         read = None if left is None else max(0.001, left)
         connect = self.connect
         first_cuts_connect = read is not None and (connect is None or read < connect)
-        own = self.session is None
-        session = Session() if self.session is None else self.session
+        session = self.session
+        if session is None:  # held until the stream's end (let_go), as requests.post's
+            session, self.release = private_session()
         try:
             with (
                 using_budget(self.abort),
@@ -257,9 +265,6 @@ class Opener:
             raise self.errors.error(exc) from exc
         except REQUESTS_ERRORS as exc:
             raise self.errors.error(exc) from exc
-        finally:
-            if own:  # as requests.post: the response holds its connection (closed at its end)
-                session.close()
 
     def let_go(self, response: requests.Response) -> None:
         """Close the response and its connection: requests and urllib3 see none of the body
@@ -267,3 +272,9 @@ class Opener:
         was left at), and the next request opens a new one."""
         response.close()
         self.feeds.clear()  # no cycle stays behind (stop -> feeds -> body -> stop)
+        self._let_session_go(reusable=not response.history)
+
+    def _let_session_go(self, reusable: bool) -> None:
+        release, self.release = self.release, None
+        if release is not None:
+            release(reusable)

@@ -1,0 +1,90 @@
+"""Each thread's private Session, for the streams sent without a session of their own.
+
+A stream sent without one (``stream_sse(url)``, as ``requests.post`` makes a session for
+each call) used to make a :class:`Session` for its request and close it after: requests'
+session with its two default adapters, our guarded one, a pool manager and a pool for the
+host, made and dropped again, about 90 µs of a stream's open on loopback. Each thread now
+keeps one, held by one open stream at a time: a stream sent while another open stream of
+the same thread holds it makes a new one for itself, as before, so a thread that interleaves
+many streams never fills a pool past its size.
+
+Nothing of one call reaches the next: the cookies are cleared before each request, as a new
+session's jar is empty, and a stream's connection is closed at its end (requests and urllib3
+see none of the body we read), so the pool keeps only closed connections. A redirect's
+connection may go back to the pool open, and a failed request may leave one: then the session
+is closed at the stream's end, as ``requests.post`` closes its own, and the next stream makes
+a new one. A child after ``fork()`` makes its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable, Optional, Tuple
+
+from .._http.http import Session
+
+__all__ = ["private_session"]
+
+
+class _Slot:
+    """A thread's private session, and whether an open stream holds it."""
+
+    __slots__ = ("_held", "_lock", "_session")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the holder may let go from another thread
+        self._session: Optional[Session] = None
+        self._held = False
+
+    def take(self) -> Optional[Session]:
+        """The session, cookies cleared, now held; ``None`` while another stream holds it."""
+        with self._lock:
+            if self._held:
+                return None
+            self._held = True
+            session = self._session
+        if session is None:
+            session = self._session = Session()  # only its holder reaches it
+        else:
+            session.cookies.clear()
+        return session
+
+    def let_go(self, reusable: bool) -> None:
+        """At the stream's end, from whichever thread ends it. Not ``reusable`` (a redirect
+        may have left an open connection in its pool, or the request failed): closed, and
+        the next stream makes a new one."""
+        with self._lock:
+            session = None if reusable else self._session
+            if session is not None:
+                self._session = None
+            self._held = False
+        if session is not None:
+            session.close()
+
+
+_local = threading.local()
+
+
+def private_session() -> Tuple[Session, Callable[[bool], None]]:
+    """A session for one stream's request, and what lets it go at the stream's end (call it
+    once, from any thread, with whether the session may serve the next stream): the
+    calling thread's own, cookies cleared, unless an open stream holds it; then a new
+    one, closed when it is let go."""
+    slot = getattr(_local, "slot", None)
+    if slot is None:
+        slot = _local.slot = _Slot()
+    session = slot.take()
+    if session is None:
+        session = Session()
+        return session, lambda reusable: session.close()
+    return session, slot.let_go
+
+
+def _after_fork_in_child() -> None:
+    global _local
+    _local = threading.local()  # the parent's sessions stay the parent's
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
