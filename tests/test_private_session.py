@@ -31,23 +31,25 @@ def sessions() -> int:
 
 def test_a_thread_reuses_its_session_once_the_stream_holding_it_ends() -> None:
     first, let_go = private_session()
-    held, let_held_go = private_session()  # the first is still held: a new one
-    assert held is not first
-    let_held_go(True)
+    assert let_go is not None
+    other, no_let_go = private_session()  # the first is still held: a new one, not kept
+    assert other is not first and no_let_go is None
     let_go(True)
     again, let_go = private_session()
-    assert again is first
+    assert again is first and let_go is not None
     let_go(True)
 
 
 def test_each_thread_has_its_own() -> None:
     mine, let_go = private_session()
+    assert let_go is not None
     let_go(True)
     theirs: List[ws.Session] = []
 
     def other() -> None:
         session, release = private_session()
         theirs.append(session)
+        assert release is not None
         release(True)
 
     thread = threading.Thread(target=other)
@@ -58,8 +60,10 @@ def test_each_thread_has_its_own() -> None:
 
 def test_a_session_let_go_as_not_reusable_is_replaced() -> None:
     first, let_go = private_session()
+    assert let_go is not None
     let_go(False)
     second, let_go = private_session()
+    assert let_go is not None
     let_go(True)
     assert second is not first
 
@@ -77,6 +81,7 @@ def test_no_cookie_reaches_the_next_stream_and_no_session_is_made_per_stream() -
         end_body(conn)
 
     _, let_go = private_session()  # this thread's session exists before the count
+    assert let_go is not None
     let_go(True)
     with RawServer(sets_a_cookie) as server:
         before = sessions()

@@ -199,6 +199,7 @@ def test_a_stream_without_a_session_closes_its_connection_when_it_ends_cleanly()
         return sum(1 for o in gc.get_objects() if isinstance(o, ws.Session))
 
     _, let_go = private_session()  # this thread's session exists before the count
+    assert let_go is not None
     let_go(True)
     with RawServer(complete_then_watch) as server:
         before = sessions()

@@ -5,8 +5,8 @@ each call) used to make a :class:`Session` for its request and close it after: r
 session with its two default adapters, our guarded one, a pool manager and a pool for the
 host, made and dropped again, about 90 µs of a stream's open on loopback. Each thread now
 keeps one, held by one open stream at a time: a stream sent while another open stream of
-the same thread holds it makes a new one for itself, as before, so a thread that interleaves
-many streams never fills a pool past its size.
+the same thread holds it makes a new one and closes it once its head is in, as before, so a
+thread that interleaves many streams never fills a pool past its size.
 
 Nothing of one call reaches the next: the cookies are cleared before each request, as a new
 session's jar is empty, and a stream's connection is closed at its end (requests and urllib3
@@ -66,18 +66,18 @@ class _Slot:
 _local = threading.local()
 
 
-def private_session() -> Tuple[Session, Callable[[bool], None]]:
+def private_session() -> Tuple[Session, Optional[Callable[[bool], None]]]:
     """A session for one stream's request, and what lets it go at the stream's end (call it
     once, from any thread, with whether the session may serve the next stream): the
-    calling thread's own, cookies cleared, unless an open stream holds it; then a new
-    one, closed when it is let go."""
+    calling thread's own, cookies cleared. While an open stream of the thread holds that
+    one, a new session and ``None``: close it once the response's head is in, as
+    ``requests.post`` closes its own (the response keeps its connection)."""
     slot = getattr(_local, "slot", None)
     if slot is None:
         slot = _local.slot = _Slot()
     session = slot.take()
     if session is None:
-        session = Session()
-        return session, lambda reusable: session.close()
+        return Session(), None
     return session, slot.let_go
 
 

@@ -240,9 +240,10 @@ class Opener:
         read = None if left is None else max(0.001, left)
         connect = self.connect
         first_cuts_connect = read is not None and (connect is None or read < connect)
-        session = self.session
-        if session is None:  # held until the stream's end (let_go), as requests.post's
+        session, own = self.session, False
+        if session is None:  # the thread's, held until the stream's end (let_go)
             session, self.release = private_session()
+            own = self.release is None  # a new one of its own: closed once the head is in
         try:
             with (
                 using_budget(self.abort),
@@ -265,6 +266,9 @@ class Opener:
             raise self.errors.error(exc) from exc
         except REQUESTS_ERRORS as exc:
             raise self.errors.error(exc) from exc
+        finally:
+            if own:  # as requests.post: the response holds its connection (closed at its end)
+                session.close()
 
     def let_go(self, response: requests.Response) -> None:
         """Close the response and its connection: requests and urllib3 see none of the body
