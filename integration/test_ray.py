@@ -107,16 +107,47 @@ def _listening(proc: psutil.Process) -> Set[int]:
 def _ray_connections() -> int:
     """This process's TCP connections with the cluster's processes (Ray's own client pool).
 
-    A worker's ports are remembered after it exits: Ray kills idle workers, and the driver's
-    connection to one stays (in CLOSE_WAIT) until Ray's pool drops it, which can take longer
-    than a test's teardown waits."""
+    A connection is Ray's when the process at its other end is one of Ray's, or when it
+    reaches a port once seen listening in a process under this one: a worker's ports are
+    remembered after it exits, since Ray kills idle workers and the driver's connection to
+    one stays (in CLOSE_WAIT) until Ray's pool drops it, which can take longer than a test's
+    teardown waits. Asking for the other end's process, not only for the ports seen
+    listening, also counts a connection to a Ray process whose port was never seen
+    listening (a worker started between two looks)."""
     for proc in psutil.Process().children(recursive=True):
         _WORKER_PORTS.update(_listening(proc))
+    peers = _peer_processes()
     return sum(
         1
         for c in psutil.Process().net_connections(kind="tcp")
-        if c.raddr and (c.raddr.port in _WORKER_PORTS or c.laddr.port in _DRIVER_PORTS)
+        if c.raddr
+        and (
+            c.raddr.port in _WORKER_PORTS
+            or c.laddr.port in _DRIVER_PORTS
+            or _is_ray(peers.get((c.raddr.port, c.laddr.port)))
+        )
     )
+
+
+def _peer_processes() -> Dict[Tuple[int, int], int]:
+    """Each connected TCP socket's process, by (local, remote) port: on loopback the two
+    ports name one socket (every process's: CI runs as root; where that is refused, none)."""
+    try:
+        found = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return {}
+    return {(c.laddr.port, c.raddr.port): c.pid for c in found if c.raddr and c.pid is not None}
+
+
+def _is_ray(pid: Any) -> bool:
+    """The process is one of Ray's (a worker, titled ``ray::...``, or one of Ray's programs)."""
+    if pid is None or pid == os.getpid():
+        return False
+    try:
+        command = " ".join(psutil.Process(pid).cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return command.startswith("ray::") or "/ray/" in command
 
 
 def _descriptors() -> Dict[str, str]:
