@@ -33,6 +33,12 @@ from . import ray_tasks
 pytestmark = pytest.mark.timeout(90)
 
 CPUS = 2
+# What a run of run_samples spends beside its samples' own time, fixed costs that do not grow
+# with the run: the runners' start and the replacement of the two killed by the hanging samples
+# (0.8 s + 0.56 s + 0.72 s measured on a quiet machine, docs/howto-ray.md), with room for a
+# loaded one (CI saw 2.4 s). A hanging sample whose runner slot stayed held until the sample
+# ended by itself (the sleep(600)) would not fit in it.
+RUN_OVERHEAD = 3.5
 _SETTLE = 5.0  # how long a check waits for Ray to let go of killed workers and freed CPUs
 
 
@@ -343,7 +349,8 @@ def test_run_samples_over_60_samples_on_2_workers_10_of_them_hanging(
     fault_gateway: FaultGateway,
 ) -> None:
     """50 ok, 10 deadline_exceeded (silent streams, a busy loop, a sleep(600)), each ended by its
-    timeout + 0.5 s; the wall time within 10 % of the ideal schedule; nothing left running."""
+    timeout + 0.5 s; the wall time within RUN_OVERHEAD of the ideal schedule; nothing left
+    running."""
     timeout, work = 1.0, 0.6
     ok_url = fault_gateway.base_url("ok")
     hanging: List[Tuple[str, Any]] = [("busy", None), ("sleep", 600.0)]
@@ -368,7 +375,7 @@ def test_run_samples_over_60_samples_on_2_workers_10_of_them_hanging(
     # The ideal: each ok sample takes what it took on its worker, each hanging one its timeout.
     spans = [by_index[i].elapsed if kind == "ok" else timeout for i, (kind, _) in enumerate(cases)]
     ideal = _ideal_schedule(spans, CPUS)
-    assert wall <= 1.1 * ideal, f"wall {wall:.2f}s, ideal {ideal:.2f}s"
+    assert wall <= ideal + RUN_OVERHEAD, f"wall {wall:.2f}s, ideal {ideal:.2f}s"
 
 
 def test_run_samples_keeps_at_most_max_in_flight_running() -> None:
