@@ -34,6 +34,7 @@ def test_a_thread_reuses_its_session_once_the_stream_holding_it_ends() -> None:
     assert let_go is not None
     other, no_let_go = private_session()  # the first is still held: a new one, not kept
     assert other is not first and no_let_go is None
+    other.close()  # its caller's to close, once the head is in
     let_go(True)
     again, let_go = private_session()
     assert again is first and let_go is not None
