@@ -154,3 +154,17 @@ def test_a_redirect_leaves_no_connection_open_at_the_first_server() -> None:
                 time.sleep(0.01)  # wait for the first server to see the close (the subject)
     assert events == ["[DONE]"]
     assert left and left[0] - ended < 1.0
+
+
+def test_a_failed_request_lets_the_threads_session_go_and_it_is_replaced() -> None:
+    first, let_go = private_session()
+    assert let_go is not None
+    let_go(True)
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # nothing listens there: refused
+    with pytest.raises(ws.TransportError):
+        list(stream_sse(f"http://127.0.0.1:{port}/v1", idle_timeout=5))
+    after, let_go = private_session()  # not held: the failure let it go, as not reusable
+    assert let_go is not None and after is not first
+    let_go(True)

@@ -208,11 +208,7 @@ class Opener:
         self.release: Optional[Callable[[bool], None]] = None  # a private session's, at the end
 
     def __call__(self, channel: FedChannel[Any]) -> None:
-        try:
-            response = self._send(channel.first_item_left())
-        except BaseException:
-            self._let_session_go(reusable=False)  # no response holds its connection
-            raise
+        response = self._send(channel.first_item_left())
         current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
@@ -244,12 +240,13 @@ class Opener:
         if session is None:  # the thread's, held until the stream's end (let_go)
             session, self.release = private_session()
             own = self.release is None  # a new one of its own: closed once the head is in
+        response = None
         try:
             with (
                 using_budget(self.abort),
                 head_until(None if read is None else time.monotonic() + read),
             ):
-                return session.request(
+                response = session.request(
                     self.method,
                     self.url,
                     json=self.body,
@@ -258,6 +255,7 @@ class Opener:
                     timeout=(read if first_cuts_connect else connect, read),
                     allow_redirects=str(self.method).upper() in FOLLOWED_METHODS,
                 )
+            return response
         except requests.ReadTimeout:
             raise OpenTimedOut() from None
         except requests.ConnectTimeout as exc:
@@ -269,6 +267,8 @@ class Opener:
         finally:
             if own:  # as requests.post: the response holds its connection (closed at its end)
                 session.close()
+            if response is None:  # no response holds the connection: let the session go now
+                self._let_session_go(reusable=False)
 
     def let_go(self, response: requests.Response) -> None:
         """Close the response and its connection: requests and urllib3 see none of the body
