@@ -23,7 +23,6 @@ from watchdog_sync._core.events import context_with_fields, emit, event_fields
 from watchdog_sync._core.redact import excerpt
 from watchdog_sync._core.scope import entry_scope
 from watchdog_sync._http.decode import MAX_LAYERS, BodyDecoder, UnknownEncoding
-from watchdog_sync._http.environment import may_name_a_proxy
 from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
@@ -150,7 +149,6 @@ __all__ = [
     "shared_reader_lock",
     "error_event",
     "json_object",
-    "may_name_a_proxy",
     "private_session",
     "suggest_idle_timeout",
     "UnknownEncoding",

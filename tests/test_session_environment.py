@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import urllib.request
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 import requests
 
 from watchdog_sync import Session
 
-from .internals import may_name_a_proxy
 from .rawserver import Answer, RawServer
 
 pytestmark = pytest.mark.timeout(30)
@@ -50,8 +49,22 @@ def test_the_look_is_skipped_only_when_no_variable_can_name_a_proxy(
 ) -> None:
     for name, value in variables.items():
         no_proxy_variables.setenv(name, value)
-    names_one = any(name.lower().endswith("_proxy") for name in variables)
-    assert may_name_a_proxy() is (names_one or "HOME_PROXYISH" in variables)
+    looks = _counted_looks(no_proxy_variables)
+    Session().merge_environment_settings("http://127.0.0.1:1/v1", {}, True, None, None)
+    assert bool(looks) is any("_proxy" in name.lower() for name in variables)
+
+
+def _counted_looks(monkeypatch: pytest.MonkeyPatch) -> List[str]:
+    """The URLs requests' environment look (``get_environ_proxies``) is asked about, from now."""
+    looks: List[str] = []
+    real = requests.sessions.get_environ_proxies
+
+    def counted(url: str, no_proxy: Optional[str] = None) -> Dict[str, str]:
+        looks.append(url)
+        return real(url, no_proxy=no_proxy)
+
+    monkeypatch.setattr(requests.sessions, "get_environ_proxies", counted)
+    return looks
 
 
 @pytest.mark.parametrize("variables", [{}, {"https_proxy": "http://127.0.0.1:1"}])
@@ -113,14 +126,7 @@ def test_no_proxy_still_sends_its_hosts_direct(no_proxy_variables: pytest.Monkey
 def test_a_request_does_not_scan_an_environment_without_proxies(
     no_proxy_variables: pytest.MonkeyPatch,
 ) -> None:
-    looks = []
-    real = requests.sessions.get_environ_proxies
-
-    def counted(url: str, no_proxy: Optional[str] = None) -> Dict[str, str]:
-        looks.append(url)
-        return real(url, no_proxy=no_proxy)
-
-    no_proxy_variables.setattr(requests.sessions, "get_environ_proxies", counted)
+    looks = _counted_looks(no_proxy_variables)
     with RawServer(Answer(lambda path: OK)) as server:
         with Session() as session:
             session.get(f"{server.url}/ours", timeout=5)
