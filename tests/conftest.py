@@ -12,7 +12,6 @@ import pytest
 
 from watchdog_sync.testing import WATCHDOG_THREAD_NAME
 
-from .internals import endless_burst, pipeline_module
 from .rawclient import Raw
 
 _SETTLE_SECONDS = 2.0
@@ -90,27 +89,3 @@ def raw() -> Iterator[List[Raw]]:
     yield clients
     for client in clients:
         client.close()
-
-
-READ_BY = ("consumer", "shared reader")
-
-
-@pytest.fixture(params=READ_BY)
-def read_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Socket-backed stream bodies read by their consumers (the default, with up to
-    ``SHARED_FROM`` bodies open), or by the shared reader (as with more open)."""
-    if request.param == "shared reader":
-        _all_on_the_shared_reader(monkeypatch)
-    return str(request.param)
-
-
-@pytest.fixture
-def shared_reader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every socket-backed stream body is read by the shared reader, as with more than
-    ``SHARED_FROM`` bodies open during a burst of opens that never ends."""
-    _all_on_the_shared_reader(monkeypatch)
-
-
-def _all_on_the_shared_reader(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipeline_module, "SHARED_FROM", 0)
-    endless_burst(monkeypatch)  # never handed back

@@ -5,8 +5,6 @@ environment parsers, ...) import them from here, never from a private module
 path, so that moving a module inside the package changes this file only.
 """
 
-import collections
-import math
 from typing import Any, Iterator, List
 
 from watchdog_sync._chat.complete import MAX_RESPONSE_BYTES
@@ -40,25 +38,21 @@ from watchdog_sync._retry.classify import parse_retry_after
 from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
-from watchdog_sync._stream import engine as engine_module
 from watchdog_sync._stream import pipeline as pipeline_module
 from watchdog_sync._stream.body import FramingDecoder, body_pieces
-from watchdog_sync._stream.engine import SHARED_READER_THREAD_NAME, TURN_BYTES, Feed
-from watchdog_sync._stream.engine import add as add_feed
-from watchdog_sync._stream.fed import FedChannel, fed_stream
 from watchdog_sync._stream.framing import EventFramer
 from watchdog_sync._stream.limits import StreamLimits
 from watchdog_sync._stream.parse import parse_events
 from watchdog_sync._stream.private_session import private_session
+from watchdog_sync._stream.socket_feed import SocketFeed, socket_stream
 from watchdog_sync._stream.socket_read import KERNEL_MARGIN, SocketRead
-from watchdog_sync._stream.sse import SSEStream
 from watchdog_sync._stream.sse_feed import _http_response
 from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
 from watchdog_sync._stream.wire import EventWatch, error_event
 
 
 def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> Iterator[bytes]:
-    """The complete events of ``response``'s body, as the shared reader frames each read:
+    """The complete events of ``response``'s body, as the body reader frames each read:
     the body decoder, then the framer (its held-back error right after the events before
     it), then, at the end, ``truncated`` set on the stream."""
     for piece in body_pieces(_http_response(response)):
@@ -71,19 +65,13 @@ def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> 
         stream.truncated = framer.truncated()
 
 
-def buffered_events(stream: SSEStream) -> int:
-    """How many events wait in ``stream``'s buffer for its consumer."""
-    guarded = stream._guarded
-    assert guarded is not None
-    return len(guarded._channel._buf)
-
-
 def buffered_body_events(response: Any) -> int:
-    """How many events wait for their consumer in the guarded body of an httpx ``response``."""
+    """How many events wait for their consumer in the guarded body of an httpx ``response``
+    (read by its consumer: those not from its own read)."""
     body = response.stream
     body = getattr(body, "_stream", body)  # under httpx's BoundSyncStream
     body = getattr(body, "_inner", body)  # under the call's MarkedBody, when observed
-    return len(body._guarded._channel._buf)
+    return len(body._guarded._feed._pending)
 
 
 __all__ = [
@@ -96,19 +84,14 @@ __all__ = [
     "MAX_RESPONSE_BYTES",
     "READER_THREAD_NAME",
     "SCENARIOS",
-    "SHARED_READER_THREAD_NAME",
-    "TURN_BYTES",
     "pipeline_module",
-    "endless_burst",
-    "Feed",
-    "add_feed",
     "StreamLimits",
     "FramingDecoder",
     "_GUARD_ATTR",
     "BodyDecoder",
     "ClassLookup",
     "EventFramer",
-    "FedChannel",
+    "SocketFeed",
     "SocketRead",
     "EventWatch",
     "_ConnectionGuard",
@@ -116,20 +99,18 @@ __all__ = [
     "_chunks",
     "body_pieces",
     "buffered_body_events",
-    "buffered_events",
     "carried_now",
     "clip_timeout",
     "config_module",
     "context_with_fields",
     "default_policy",
     "emit",
-    "engine_module",
     "entry_scope",
     "env_int",
     "env_seconds",
     "event_fields",
     "excerpt",
-    "fed_stream",
+    "socket_stream",
     "h2_shape_problems",
     "head_module",
     "httpcore_shapes",
@@ -146,7 +127,6 @@ __all__ = [
     "watchdog_call_at",
     "watchdog_lock",
     "seconds_left",
-    "shared_reader_lock",
     "error_event",
     "json_object",
     "private_session",
@@ -170,20 +150,6 @@ def watchdog_lock() -> Any:
 def timers_held() -> int:
     """How many timers the watchdog's heap holds, the cancelled ones not yet dropped too."""
     return len(_watchdog._WATCHDOG._heap)
-
-
-def endless_burst(monkeypatch: Any) -> None:
-    """Every open a burst of opens that never ends (unless the test sets ``CALM`` again),
-    counted anew: an earlier test's starts are not this one's (all restored after)."""
-    monkeypatch.setattr(pipeline_module, "CALM", math.inf)
-    monkeypatch.setattr(pipeline_module, "BURST_OPENS", 1)
-    monkeypatch.setattr(pipeline_module, "_starts", collections.deque())
-    monkeypatch.setattr(pipeline_module, "_burst_until", -math.inf)
-
-
-def shared_reader_lock() -> Any:
-    """The lock that starts and stops the shared reader (``with shared_reader_lock(): ...``)."""
-    return engine_module._lock
 
 
 def pooled_connections(client: Any) -> List[Any]:

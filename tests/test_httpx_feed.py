@@ -1,6 +1,6 @@
-"""HTTPXTransport's HTTP/1.1 event streams, read by their consumers or by the shared reader:
-every byte arrives, nothing waits on a thread of its own (reuse of a finished stream's
-connection: test_httpx_pool.py)."""
+"""HTTPXTransport's HTTP/1.1 event streams, read by their consumers: every byte arrives,
+nothing waits on a thread of its own (reuse of a finished stream's connection:
+test_httpx_pool.py)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,7 @@ import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
 from .httpxstream import numbers, sdk_stream, stream
-from .internals import (
-    DEFAULT_MAX_BUFFERED,
-    READER_THREAD_NAME,
-    SHARED_READER_THREAD_NAME,
-    buffered_body_events,
-)
+from .internals import READER_THREAD_NAME, buffered_body_events
 from .rawserver import (
     SSE_HEAD,
     RawServer,
@@ -40,23 +35,16 @@ from .rawserver import (
 )
 from .waiting import wait_for
 
-pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("read_by")]
+pytestmark = pytest.mark.timeout(30)
 
 
 def ours() -> List[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("watchdog_sync")]
 
 
-def read_as(read_by: str) -> bool:
-    """The open stream is read as ``read_by`` says (by its consumer, or by the shared reader),
-    not by a reader thread of its own (a shared reader of an earlier test may linger briefly)."""
-    shared = read_by == "shared reader"
-    return wait_for(
-        lambda: (
-            READER_THREAD_NAME not in ours() and (SHARED_READER_THREAD_NAME in ours()) == shared
-        ),
-        2,
-    )
+def read_by_its_consumer() -> bool:
+    """The open stream is read by its consumer, not by a reader thread of its own."""
+    return wait_for(lambda: READER_THREAD_NAME not in ours(), 2)
 
 
 @pytest.fixture
@@ -66,7 +54,7 @@ def client() -> Iterator[httpx2.Client]:
 
 
 def test_events_that_arrived_with_the_headers_are_taken_from_h11s_buffer(
-    client: httpx2.Client, read_by: str
+    client: httpx2.Client,
 ) -> None:
     """Bytes httpcore read with the headers (in h11's buffer, not the socket) are delivered
     although the socket never becomes readable again."""
@@ -79,13 +67,13 @@ def test_events_that_arrived_with_the_headers_are_taken_from_h11s_buffer(
     with RawServer(handler) as server, stream(client, server.url) as response:
         pieces = response.iter_bytes()
         got = [next(pieces) for _ in range(3)]
-        assert read_as(read_by)
+        assert read_by_its_consumer()
     assert numbers(b"".join(got)) == [0, 1, 2]
 
 
 @pytest.mark.parametrize("size", [1, 2, 7])
 def test_chunked_framing_split_anywhere_arrives_byte_for_byte(
-    client: httpx2.Client, size: int, read_by: str
+    client: httpx2.Client, size: int
 ) -> None:
     """Chunk-size lines, data and CRLFs cut at every place: httpx gets the events unchanged."""
     events = b": hello\n\n" + b"".join(event(n) for n in range(4))
@@ -102,15 +90,13 @@ def test_chunked_framing_split_anywhere_arrives_byte_for_byte(
     with RawServer(handler) as server, stream(client, server.url) as response:
         pieces = response.iter_bytes()
         got = [next(pieces)]
-        assert read_as(read_by)
+        assert read_by_its_consumer()
         got.extend(pieces)
     assert b"".join(got) == events
 
 
 @pytest.mark.parametrize("framing", ["sized", "close-delimited"])
-def test_sized_and_close_delimited_bodies_end_cleanly(
-    client: httpx2.Client, framing: str, read_by: str
-) -> None:
+def test_sized_and_close_delimited_bodies_end_cleanly(client: httpx2.Client, framing: str) -> None:
     body = b"".join(event(n) for n in range(5))
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
@@ -127,7 +113,7 @@ def test_sized_and_close_delimited_bodies_end_cleanly(
     with RawServer(handler) as server, stream(client, server.url) as response:
         pieces = response.iter_bytes()
         got = [next(pieces)]
-        assert read_as(read_by)  # also with Connection: close (h11 says MUST_CLOSE)
+        assert read_by_its_consumer()  # also with Connection: close (h11 says MUST_CLOSE)
         got.extend(pieces)
     assert b"".join(got) == body
 
@@ -158,15 +144,15 @@ def test_a_cut_or_malformed_chunked_body_is_httpxs_remote_protocol_error(
     assert message in str(info.value)
 
 
-def test_tls_bursts_larger_than_one_turn_arrive_whole_and_in_order(read_by: str) -> None:
-    """Over TLS (an ssl.SSLSocket under httpcore), a burst the reader cannot take in one
-    turn (decrypted bytes pending in the SSL object, invisible to select) arrives whole."""
+def test_tls_bursts_larger_than_one_read_arrive_whole_and_in_order() -> None:
+    """Over TLS (an ssl.SSLSocket under httpcore), a burst larger than one read (decrypted
+    bytes pending in the SSL object, invisible to poll) arrives whole."""
     authority = trustme.CA()
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     authority.issue_cert("127.0.0.1").configure_cert(server_context)
     client_context = ssl.create_default_context()
     authority.configure_trust(client_context)
-    count = 400  # about 1 KiB each: more than the reader takes from one socket per turn
+    count = 400  # about 1 KiB each: more than one read takes
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
@@ -177,17 +163,16 @@ def test_tls_bursts_larger_than_one_turn_arrive_whole_and_in_order(read_by: str)
     with RawServer(handler, tls=server_context) as server, tls, stream(tls, server.url) as r:
         pieces = r.iter_bytes()
         got = [next(pieces)]
-        assert read_as(read_by)
+        assert read_by_its_consumer()
         got.extend(pieces)
     assert numbers(b"".join(got)) == list(range(count))
 
 
 def test_a_consumer_that_stops_reading_pauses_its_socket_and_memory_stays_bounded(
-    client: httpx2.Client, read_by: str
+    client: httpx2.Client,
 ) -> None:
-    """A fast server and a consumer that stops: on the shared reader the buffer fills to its
-    bound (plus at most one read's events); read by the consumer, nothing is read while it
-    is away (one read's events at most); then everything arrives once the consumer drains."""
+    """A fast server and a consumer that stops: nothing is read while it is away (one read's
+    events at most wait); then everything arrives once the consumer drains."""
     count = 20000
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
@@ -202,12 +187,8 @@ def test_a_consumer_that_stops_reading_pauses_its_socket_and_memory_stays_bounde
     with RawServer(handler) as server, stream(client, server.url) as response:
         pieces = response.iter_bytes()
         got = [next(pieces)]
-        shared = read_by == "shared reader"
-        if shared:
-            assert wait_for(lambda: buffered_body_events(response) >= DEFAULT_MAX_BUFFERED)
         time.sleep(0.2)  # the scenario: the consumer stays away while the server could send
-        bound = DEFAULT_MAX_BUFFERED + one_read if shared else one_read
-        assert buffered_body_events(response) <= bound
+        assert buffered_body_events(response) <= one_read
         got.extend(pieces)
     assert numbers(b"".join(got)) == list(range(count))
 
@@ -215,8 +196,8 @@ def test_a_consumer_that_stops_reading_pauses_its_socket_and_memory_stays_bounde
 def test_a_consumer_that_closes_early_closes_the_connection_at_once(
     client: httpx2.Client,
 ) -> None:
-    """Closing the response after one event: the server sees the connection go, the shared
-    reader lets the socket go (the leak check: no descriptor left) and exits."""
+    """Closing the response after one event: the server sees the connection go, and the
+    socket is let go (the leak check: no descriptor left)."""
     gone: List[bool] = []
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
@@ -229,7 +210,6 @@ def test_a_consumer_that_closes_early_closes_the_connection_at_once(
         with stream(client, server.url) as response:
             assert numbers(next(response.iter_bytes())) == [0]
         assert wait_for(lambda: bool(gone), 2) and gone == [True]
-    assert wait_for(lambda: SHARED_READER_THREAD_NAME not in ours(), 2)
 
 
 def test_a_response_dropped_without_close_releases_its_connection(
@@ -247,12 +227,9 @@ def test_a_response_dropped_without_close_releases_its_connection(
         assert wait_for(lambda: bool(gone), 3) and gone == [True]
 
 
-def test_the_deadline_shuts_a_paused_stream_from_outside(
-    client: httpx2.Client, read_by: str
-) -> None:
-    """The consumer stopped reading (on the shared reader: its socket paused) when the budget
-    ends: the socket is shut from outside and the connection ends at the deadline; the
-    caller gets DeadlineExceeded."""
+def test_the_deadline_shuts_a_paused_stream_from_outside(client: httpx2.Client) -> None:
+    """The consumer stopped reading when the budget ends: the socket is shut from outside and
+    the connection ends at the deadline; the caller gets DeadlineExceeded."""
     gone: List[float] = []
     flood = b"".join(chunk(event(n)) for n in range(100))
 
@@ -276,8 +253,6 @@ def test_the_deadline_shuts_a_paused_stream_from_outside(
         with pytest.raises(ws.DeadlineExceeded), deadline, stream(client, server.url) as response:
             pieces = response.iter_bytes()
             next(pieces)
-            if read_by == "shared reader":
-                assert wait_for(lambda: buffered_body_events(response) >= DEFAULT_MAX_BUFFERED)
             assert wait_for(lambda: bool(gone), 5)  # the consumer does not come back before
             list(pieces)
         assert 0.5 <= gone[0] - started < 2.0
@@ -286,8 +261,8 @@ def test_the_deadline_shuts_a_paused_stream_from_outside(
 def test_a_socket_shut_from_outside_while_the_reader_watches_it_ends_the_stream_at_once(
     client: httpx2.Client,
 ) -> None:
-    """Someone else shuts the socket the shared reader waits on: the reader sees the end
-    now (not at the 5 s idle limit) and it is a cut body, httpx's RemoteProtocolError."""
+    """Someone else shuts the socket between two reads of its consumer: the next read sees
+    the end now (not at the 5 s idle limit) and it is a cut body, httpx's RemoteProtocolError."""
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
@@ -329,7 +304,7 @@ def test_a_client_closed_while_its_stream_is_read_raises_httpxs_read_error() -> 
             list(pieces)
 
 
-def test_an_httpx_028_client_reads_as_httpx2_does(read_by: str) -> None:
+def test_an_httpx_028_client_reads_as_httpx2_does() -> None:
     """httpx over httpcore 1.x has the same shape as httpx2 over httpcore2."""
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
@@ -344,7 +319,7 @@ def test_an_httpx_028_client_reads_as_httpx2_does(read_by: str) -> None:
     with RawServer(handler) as server, legacy, stream(legacy, server.url) as response:
         pieces = response.iter_bytes()
         got = [next(pieces)]
-        assert read_as(read_by)
+        assert read_by_its_consumer()
         got.extend(pieces)
     assert numbers(b"".join(got)) == [0, 1, 2]
 
@@ -369,11 +344,9 @@ def test_a_response_of_another_shape_keeps_a_reader_thread_of_its_own() -> None:
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
-def test_concurrent_sdk_streams_add_no_thread_each(
-    fault_gateway: FaultGateway, api: str, read_by: str
-) -> None:
+def test_concurrent_sdk_streams_add_no_thread_each(fault_gateway: FaultGateway, api: str) -> None:
     """Twenty SDK streams open at once through httpx_client(): no reader thread per stream
-    (read by their consumers, or by one shared reader), and every stream arrives whole."""
+    (read by their consumers), and every stream arrives whole."""
     count = 20
     base = fault_gateway.base_url("ok", api=api, chunks=30, interval=0.05)
     with ws.httpx_client(idle_timeout=5) as http, ws.deadline(20):
@@ -382,5 +355,4 @@ def test_concurrent_sdk_streams_add_no_thread_each(
         names = ours()
         rest = [list(s) for s in streams]
     assert READER_THREAD_NAME not in names
-    assert names.count(SHARED_READER_THREAD_NAME) == (read_by == "shared reader")
     assert len(firsts) == count and len({len(r) for r in rest}) == 1 and rest[0]

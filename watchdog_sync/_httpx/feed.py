@@ -1,4 +1,4 @@
-"""HTTPXTransport's HTTP/1.1 event-stream bodies, read by the one body reader (``pipeline``).
+"""HTTPXTransport's HTTP/1.1 event-stream bodies, read by their consumers (``pipeline``).
 
 When httpcore returns a response's headers, the first bytes of its body sit in
 h11's receive buffer (``h11.Connection.trailing_data``, public h11 API) and the
@@ -6,16 +6,15 @@ rest is still in the socket. For a response of the shape this module knows,
 checked at every step (httpx's ``ResponseStream`` over httpcore's pool stream
 over an ``HTTP11Connection`` reading httpcore's own ``SyncStream``, a plain
 socket or an ``ssl.SSLSocket``; the request sent whole, the body not touched
-yet), it makes the socket non-blocking and reads it with the one body reader
-(:class:`~.._stream.pipeline.BodyFeed`: in the consumer's thread, or on the shared
-reader when many bodies are open), whose framing here (:class:`_H11Framing`)
+yet), the consumer's thread reads the socket itself with the one body reader
+(:class:`~.._stream.pipeline.BodyFeed`), whose framing here (:class:`_H11Framing`)
 gives each read's bytes to the connection's own h11 state (public h11 API:
 ``receive_data``, then ``next_event`` until ``NEED_DATA``; the bytes that came
 with the headers are already in h11's buffer, so h11 sees the whole body in
-order); the ``Data`` events' bytes are framed, and each data event is offered
-with the held-back comments and pings before it: byte for byte what the reader
-thread of :func:`~.sse.event_source` hands httpx. Any other shape (HTTP/2, TLS inside TLS, a custom transport or network
-backend, a compressed body) keeps the reader thread per stream.
+order); the ``Data`` events' bytes are framed and passed on by the stream rules,
+byte for byte what the reader thread of :func:`~.sse.event_source` hands httpx.
+Any other shape (HTTP/2, TLS inside TLS, a custom transport or network backend, a
+compressed body) keeps the reader thread per stream.
 
 A body that ends cleanly (``EndOfMessage``) leaves h11 ``DONE``, as httpcore's
 own reads would: the body reader gives the socket its timeout back and closes
@@ -49,10 +48,10 @@ import socket
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
-from .._stream.fed import fed_stream
 from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits
 from .._stream.pipeline import BodyFeed
+from .._stream.socket_feed import socket_stream
 from .._stream.stream import GuardedStream, budgets_to_watch
 from .._stream.wire import EventWatch
 from .body import Shutter
@@ -73,7 +72,7 @@ def fed_events(
     shutter: Shutter,
     limits: StreamLimits,
 ) -> Optional[Tuple[GuardedStream[bytes], Callable[[], None]]]:
-    """The guarded events of ``response``'s body, read by the body reader, and a function
+    """The guarded events of ``response``'s body, read by its consumer, and a function
     that closes the connection (idempotent); ``None`` when the response is of another shape
     or its body is compressed (no ``framer``: it cannot be framed before httpx decodes it).
 
@@ -87,16 +86,12 @@ def fed_events(
     framing = _H11Framing(response.stream, *shape, lib=lib, watch=watch, shutter=shutter)
     body: BodyFeed[bytes] = BodyFeed(framing.sock, framing, framer, watch.note, _as_they_are)
 
-    def stop() -> None:  # on_timeout: shut the socket from outside
-        framing.stop()
-        body.kick()
-
-    guarded: GuardedStream[bytes] = fed_stream(
-        lambda channel: body.start(channel, framing.buffered()),
+    guarded: GuardedStream[bytes] = socket_stream(
+        lambda feed: body.start(feed, framing.buffered()),
         limits=limits,
         budgets=budgets_to_watch(None),
         explicit=None,
-        on_timeout=stop,
+        on_timeout=framing.stop,  # shuts the socket from outside
     )
     return guarded, framing.close_connection
 
@@ -199,10 +194,6 @@ class _H11Framing:
     @property
     def done(self) -> bool:
         return self._done
-
-    def check(self) -> None:
-        if self.stopped:
-            raise self._lib.ReadError("the event stream was stopped")
 
     def payload(self, data: Optional[bytes]) -> bytes:
         """The body bytes h11 gives for ``data`` (``b""``: the end of the connection)."""

@@ -1,4 +1,4 @@
-"""stream: the stream engine: guard_stream, its channel, the body reader, the shared reader, stream_sse, framing.
+"""stream: guard_stream (a reader thread per stream), socket-backed streams read by their consumers, stream_sse, framing.
 
 Imports the core and the http part (stream_sse sends through Session).
 """

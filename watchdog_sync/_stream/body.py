@@ -5,8 +5,8 @@ of small chunked events costs a read (and a hand-off between threads) per
 event. :func:`body_pieces` reads the socket's buffered reader directly and
 decodes the framing itself with a :class:`FramingDecoder`: one read returns
 every event that has arrived, chunked, sized or close-delimited alike, and
-never waits for more than is there. The shared stream reader feeds the same
-decoder with the bytes of non-blocking reads.
+never waits for more than is there. A socket-backed event stream's body reader
+feeds the same decoder with the bytes of its consumer's reads.
 """
 
 from __future__ import annotations

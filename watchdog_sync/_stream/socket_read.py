@@ -4,16 +4,13 @@ Two ways, by socket:
 
 * A plain TCP socket on Linux: one blocking ``recv()``, with the kernel's receive timeout
   (``SO_RCVTIMEO``) set short of the wait, then, only if that timed out, a ``poll()`` for
-  the rest. When the event comes first (the common case) the read is
-  one system call, which lets the GIL go once; ``poll()`` then ``recv()`` let it go twice,
-  and with many streams each let-go is one more wait for another thread's turn
-  (``benchmarks/scale.py``, N = 100: 2.6 caller sleeps per event against 3.8, CPU per event
-  at plain's). ``SO_RCVTIMEO`` runs on the kernel's timer wheel, whose steps grow with the
-  distance: up to an eighth of the wait late, plus a tick (31 ms late for 0.48 s here),
-  hence a kernel timeout of 7/8 of the wait less :data:`KERNEL_MARGIN`, and the exact
-  ``poll()`` after it. It is set to 3/4 of that and kept while later waits are between
-  it and twice it: a budget's time left shrinks read by read, and setting it anew at each
-  read was a system call per event.
+  the rest. When the event comes first (the common case) the read is one system call,
+  which lets the GIL go once, where ``poll()`` then ``recv()`` let it go twice.
+  ``SO_RCVTIMEO`` runs on the kernel's timer wheel, whose steps grow with the distance:
+  up to an eighth of the wait late, plus a tick, hence a kernel timeout of 7/8 of the
+  wait less :data:`KERNEL_MARGIN`, and the exact ``poll()`` after it. It is set to 3/4 of
+  that and kept while later waits are between it and twice it: a budget's time left
+  shrinks read by read, and setting it anew at each read was a system call per event.
 * Otherwise (TLS, whose decrypted bytes a kernel timeout cannot see; other systems):
   ``poll()``, then a non-blocking ``recv()``.
 
@@ -21,9 +18,8 @@ A signal whose handler returns, during the kernel's wait, starts that wait again
 so an idle limit can end up to 7/8 of itself late per signal. A handler that raises ends
 the read at once, and the budget's end still shuts the socket from outside on time.
 
-A socket read this way is blocking while its consumer reads it (:meth:`SocketRead.own`);
-the shared reader needs it non-blocking (:meth:`SocketRead.let_go`), and the pool needs
-the kernel's timeout gone (:meth:`SocketRead.forget`).
+A socket read this way is blocking while its consumer reads it (:meth:`SocketRead.own`),
+and the pool needs the kernel's timeout gone (:meth:`SocketRead.forget`).
 """
 
 from __future__ import annotations
@@ -78,11 +74,6 @@ class SocketRead:
         """The consumer reads the socket from now on: blocking, where its kernel times out."""
         if self._kernel:
             self._sock.settimeout(None)
-
-    def let_go(self) -> None:
-        """The shared reader reads the socket from now on: non-blocking."""
-        if self._kernel:
-            self._sock.settimeout(0)
 
     def forget(self) -> None:
         """Before the connection is pooled or closed: no kernel receive timeout is left."""

@@ -1,19 +1,19 @@
 """stream_sse: Server-Sent Events over a hard-bounded Session, guarded by the idle watchdog.
 
 The request runs in the consumer's thread at its first ``next()``; after the
-headers, the consumer's thread reads the socket itself, each read bounded by
-its wait (once the process is busy, the one shared reader, ``engine.py``,
-reads them all), and decodes, frames and parses the events (``sse_feed.py``,
-``pipeline.py``): the consumer only receives finished ``sseclient.Event`` objects. Only events with data count as
-activity; SSE comments (``: keep-alive``) and data-less events do not, so a
-gateway that only pings still times out.
+headers, the consumer's thread reads the socket itself for the stream's whole
+life, each read bounded by its wait, and decodes, frames and parses the events
+(``sse_feed.py``, ``pipeline.py``): the consumer only receives finished
+``sseclient.Event`` objects. Only events with data count as activity; SSE
+comments (``: keep-alive``) and data-less events do not, so a gateway that only
+pings still times out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional
 
 from .._core.budget import Budget
 from .._core.calls import CallMark, server_of
@@ -31,9 +31,9 @@ from .._core.scope import current_budget
 from .._http.http import Session
 from .._http.translate import Translator
 from . import sse_feed
-from .fed import fed_stream
 from .framing import EventFramer
 from .limits import StreamLimits, stream_limits
+from .socket_feed import socket_stream
 from .stream import GuardedStream, StreamStats, budgets_to_watch
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "open_sse", "stream_sse"]
@@ -243,19 +243,15 @@ def open_sse(
     # without close()) is collected, and the guard then shuts the connection.
     stream_ref = weakref.ref(stream)
 
-    feeds: List[Any] = []
-
-    def stop() -> None:
+    def stop() -> None:  # on_timeout: the budget's end shuts the connection's socket
         abort.cancel("stream_stopped")
-        for body in feeds:
-            body.kick()  # a socket the shared reader paused is watched again
 
     # Made only when somebody observes: an unobserved call would be inert anyway.
     mark = _mark(url, base, limits.idle) if observe and observed() else None
     context = contextlib.nullcontext() if mark is None else event_fields(**mark.fields())
     try:
-        with context:  # the stream's: the shared reader's events from it carry the call's id
-            guarded: GuardedStream[Any] = fed_stream(
+        with context:  # the stream's: its first_byte event carries the call's id
+            guarded: GuardedStream[Any] = socket_stream(
                 sse_feed.Opener(
                     session=session,
                     method=method,
@@ -267,7 +263,6 @@ def open_sse(
                     framer=framer,
                     stream_ref=stream_ref,
                     abort=abort,
-                    feeds=feeds,
                 ),
                 limits=limits,
                 budgets=budgets_to_watch(budget),

@@ -1,10 +1,10 @@
-"""stream_sse's request and body: the opener of a fed stream.
+"""stream_sse's request and body: the opener of a socket feed.
 
 The request runs in the consumer's thread at its first ``next()`` (bounded by the
 connect limit, the first-event limit and the budget); then the bytes that
-http.client already buffered with the headers are decoded, and the socket,
-made non-blocking, is read by the one body reader (:class:`~.pipeline.BodyFeed`):
-in the consumer's thread, or on the shared reader when many streams are open.
+http.client already buffered with the headers are decoded, and the socket is
+read by the one body reader (:class:`~.pipeline.BodyFeed`) in the consumer's
+thread.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import http.client
 import io
 import ssl
 import time
-from typing import Any, Callable, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import requests
 
@@ -27,11 +27,11 @@ from .._http.http import Session
 from .._http.redirect import FOLLOWED_METHODS, is_redirect
 from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
 from .body import FramingDecoder, body_pieces, decoder_for
-from .fed import FedChannel, OpenTimedOut
 from .framing import EventFramer
 from .parse import parse_events
 from .pipeline import BodyFeed
 from .private_session import private_session
+from .socket_feed import OpenTimedOut, SocketFeed
 from .socket_read import READ_SIZE
 from .wire import is_activity
 
@@ -105,9 +105,6 @@ class _HTTPClientFraming:
     def done(self) -> bool:
         return self._decoder.done
 
-    def check(self) -> None:
-        self._request.abort.check()  # stopped from outside: nothing more is parsed
-
     def payload(self, data: Optional[bytes]) -> bytes:
         assert data is not None
         return self._decoder.feed(data)  # broken framing: an HTTPException, see outcome()
@@ -156,7 +153,7 @@ def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Ite
 
 
 class Opener:
-    """``stream_sse``'s request, sent by the :class:`~.fed.FedChannel` in the consumer's
+    """``stream_sse``'s request, sent by the :class:`~.socket_feed.SocketFeed` in the consumer's
     thread at its first ``next()``; its body then goes to the one body reader.
 
     Bounded by the connect limit, the first-event limit (the whole response head
@@ -169,7 +166,6 @@ class Opener:
         "body",
         "connect",
         "errors",
-        "feeds",
         "framer",
         "headers",
         "method",
@@ -192,7 +188,6 @@ class Opener:
         framer: EventFramer,
         stream_ref: Callable[[], Any],
         abort: Budget,
-        feeds: List[BodyFeed[Any]],
     ) -> None:
         self.session = session
         self.method = method
@@ -204,11 +199,10 @@ class Opener:
         self.framer = framer
         self.stream_ref = stream_ref
         self.abort = abort
-        self.feeds = feeds  # the stream's stop() kicks the body found here
         self.release: Optional[Callable[[bool], None]] = None  # a private session's, at the end
 
-    def __call__(self, channel: FedChannel[Any]) -> None:
-        response = self._send(channel.first_item_left())
+    def __call__(self, feed: SocketFeed[Any]) -> None:
+        response = self._send(feed.first_item_left())
         current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
@@ -222,9 +216,8 @@ class Opener:
             if sock is not None:
                 sock.settimeout(0)  # for the buffered bytes; the body reader sets it as it reads
             framing = _HTTPClientFraming(decoder_for(raw), self, response)
-            fed: BodyFeed[Any] = BodyFeed(sock, framing, self.framer, is_activity, parse_events)
-            self.feeds.append(fed)
-            fed.start(channel, _buffered(raw, framing))  # on an error, the body ends itself
+            body: BodyFeed[Any] = BodyFeed(sock, framing, self.framer, is_activity, parse_events)
+            body.start(feed, _buffered(raw, framing))  # on an error, the body ends itself
         except BaseException:
             self.let_go(response)
             raise
@@ -275,7 +268,6 @@ class Opener:
         we read, so the pool gets the connection back closed (whatever its socket's timeout
         was left at), and the next request opens a new one."""
         response.close()
-        self.feeds.clear()  # no cycle stays behind (stop -> feeds -> body -> stop)
         self._let_session_go(reusable=not response.history)
 
     def _let_session_go(self, reusable: bool) -> None:

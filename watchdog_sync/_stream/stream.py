@@ -1,30 +1,28 @@
 """guard_stream: an inactivity watchdog for any blocking iterator.
 
 A daemon reader thread iterates the source into a bounded buffer (the
-``Channel`` of ``channel.py``, which documents the hand-off); the consumer
+:class:`~.thread_feed.ThreadFeed`, which documents the hand-off); the consumer
 waits at most ``min(idle limit, budget remaining)`` when the buffer is empty;
 an idle timeout or the budget's end shuts the source from outside through
-``on_timeout`` and the consumer raises at once.
+``on_timeout`` and the consumer raises at once. :class:`GuardedStream` is the
+iterator over either feed: this one, or a socket-backed body its consumer reads
+itself (:mod:`.socket_feed`).
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from typing import Callable, Generic, Iterable, Iterator, List, Optional, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, List, Optional, Protocol, TypeVar
 
 from .._core import scope as _scope
 from .._core.budget import Budget
 from .._core.clock import MONOTONIC, Clock, ClockLike, as_clock
 from .._core.config import AS_IDLE
 from .._core.durations import Duration
-from .channel import (
-    DEFAULT_MAX_BUFFERED,
-    READER_THREAD_NAME,
-    Channel,
-)
 from .limits import StreamLimits, stream_limits
 from .stats import StreamStats
+from .thread_feed import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME, ThreadFeed
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED",
@@ -38,19 +36,33 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
-def batches_of(channel: Channel[T]) -> Iterator[Iterator[T]]:
+class Feed(Protocol[T_co]):
+    """What a guarded stream iterates: a thread feed or a socket feed."""
+
+    def next_batch(self) -> Optional[Iterator[T_co]]:
+        """The next items (``None`` at the end); raises what ended the stream."""
+
+    def close(self, *, join: bool) -> None:
+        """End the stream; with ``join``, wait (bounded) for a reader thread to exit."""
+
+    def stats(self) -> StreamStats:
+        """A snapshot of what the stream did so far."""
+
+
+def batches_of(feed: Feed[T]) -> Iterator[Iterator[T]]:
     """Yield one iterator per batch; closing (or collecting) it ends the stream."""
     try:
         yield iter(())  # primed at creation, so that collecting it always runs the finally
         while True:
-            batch = channel.next_batch()
+            batch = feed.next_batch()
             if batch is None:
                 return
             yield batch
     finally:
-        channel.close(join=False)
+        feed.close(join=False)
 
 
 class GuardedStream(Generic[T]):
@@ -62,10 +74,10 @@ class GuardedStream(Generic[T]):
     call :meth:`close`, to release the reader thread and the source early.
     """
 
-    __slots__ = ("_channel", "_items")
+    __slots__ = ("_feed", "_items")
 
-    def __init__(self, channel: Channel[T], items: Iterator[T]) -> None:
-        self._channel = channel
+    def __init__(self, feed: Feed[T], items: Iterator[T]) -> None:
+        self._feed = feed
         self._items = items
 
     def __iter__(self) -> Iterator[T]:
@@ -86,12 +98,12 @@ class GuardedStream(Generic[T]):
 
         Idempotent. A consumer waiting in another thread stops (``StopIteration``).
         """
-        self._channel.close(join=True)
+        self._feed.close(join=True)
 
     @property
     def stats(self) -> StreamStats:
         """A snapshot of :class:`StreamStats` (items delivered, timings, how it ended)."""
-        return self._channel.stats()
+        return self._feed.stats()
 
     def __repr__(self) -> str:
         stats = self.stats
@@ -229,7 +241,7 @@ def guard_source(
     clock: Clock = MONOTONIC,
 ) -> GuardedStream[T]:
     """:func:`guard_stream` below the public edge: the arguments checked, the limits resolved."""
-    channel: Channel[T] = Channel(
+    feed: ThreadFeed[T] = ThreadFeed(
         limits=limits,
         budgets=budgets_to_watch(budget),
         explicit=budget,
@@ -237,16 +249,16 @@ def guard_source(
         max_buffered=max_buffered,
         clock=clock,
     )
-    return started(channel, lambda: channel.start(source, iterator))
+    return started(feed, lambda: feed.start(source, iterator))
 
 
-def started(channel: Channel[T], start: Callable[[], None]) -> GuardedStream[T]:
-    """The stream over ``channel``: its batches primed first (so that collecting the stream
-    always ends it), then ``start`` (the reader thread, or the budget watch of a fed one)."""
-    batches = batches_of(channel)
+def started(feed: Feed[T], start: Callable[[], None]) -> GuardedStream[T]:
+    """The stream over ``feed``: its batches primed first (so that collecting the stream
+    always ends it), then ``start`` (the reader thread, or the budget watch of a socket feed)."""
+    batches = batches_of(feed)
     next(batches)
     start()
-    return GuardedStream(channel, itertools.chain.from_iterable(batches))
+    return GuardedStream(feed, itertools.chain.from_iterable(batches))
 
 
 def budgets_to_watch(explicit: Optional[Budget]) -> List[Budget]:

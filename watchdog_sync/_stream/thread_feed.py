@@ -1,0 +1,322 @@
+"""A stream read by a reader thread of its own into a bounded buffer: the thread feed.
+
+For what no consumer can read itself with a bounded wait: ``guard_stream`` over any
+iterator, and the httpx transport's streams that are not HTTP/1.1 on httpcore's own
+sockets (HTTP/2, a custom transport). The reader thread
+(``watchdog_sync-stream-reader``) fills a bounded buffer; the consumer takes what has
+accumulated as one batch and waits only on an empty buffer, at most ``min(idle limit,
+budget remaining)`` (the stream's :class:`~.watch.StreamWatch` says how long); on an
+idle timeout or the budget's end the source is unblocked from outside (``on_timeout``,
+and the sockets it reads through instrumented connections are shut) and the consumer
+raises. ``_lock`` guards every flag, ``_gate``, every wait and notification; ``_buf``
+changes only by single list operations. Why this holds without the GIL:
+docs/architecture.md, "The stream hand-off".
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import itertools
+import logging
+import math
+import threading
+from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+
+from .._core.budget import Budget
+from .._core.clock import Clock
+from .._core.errors import Cancelled
+from .._http.reads import READER_SOCKETS, ReaderSockets
+from .limits import StreamLimits
+from .stats import StreamStats
+from .watch import StreamWatch
+
+__all__ = ["DEFAULT_MAX_BUFFERED", "READER_THREAD_NAME", "ThreadFeed", "close_quietly"]
+
+T = TypeVar("T")
+
+READER_THREAD_NAME = "watchdog_sync-stream-reader"
+DEFAULT_MAX_BUFFERED = 1024
+_JOIN_SECONDS = 1.0
+_NOTHING: Dict[object, Any] = {}
+_PASS = _NOTHING.get  # _PASS(slot, item) -> item, in C: lets map() pair gate slots with items
+
+_log = logging.getLogger("watchdog_sync")
+
+
+class ThreadFeed(Generic[T]):
+    """A reader thread's buffer and its consumer's waits (never refers to the GuardedStream)."""
+
+    def __init__(
+        self,
+        *,
+        limits: StreamLimits,
+        budgets: List[Budget],
+        explicit: Optional[Budget],
+        on_timeout: Optional[Callable[[], object]],
+        max_buffered: int,
+        clock: Clock,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+        self._not_full = threading.Condition(self._lock)
+        self._reads = ReaderSockets()  # the reader's reads through instrumented connections
+        self._buf: List[T] = []
+        self._max = max_buffered
+        self._gate: List[None] = []  # the current round's slots; cleared = closed
+        self._consumer_waiting = False
+        self._reader_waiting = False
+        self._reader_done = False
+        self._reader_completed = False
+        self._reader_error: Optional[BaseException] = None
+        self._unblocked = False
+        self._on_timeout = on_timeout
+        self._thread: Optional[threading.Thread] = None
+        self._watch = StreamWatch(
+            limits=limits,
+            budgets=budgets,
+            explicit=explicit,
+            clock=clock,
+            wake=self._wake,
+            unblock=self._unblock,
+        )
+
+    def start(self, source: Iterable[T], iterator: Iterator[T]) -> None:
+        self._watch.start()
+        context = contextvars.copy_context()
+        context.run(READER_SOCKETS.set, self._reads)
+        thread = threading.Thread(
+            target=context.run,
+            args=(self._read, source, iterator),
+            name=READER_THREAD_NAME,
+            daemon=True,
+        )
+        self._thread = thread
+        thread.start()
+
+    # -- reader side -----------------------------------------------------------
+
+    def _read(self, source: Iterable[T], iterator: Iterator[T]) -> None:
+        error: Optional[BaseException] = None
+        completed = False
+        try:
+            completed = self._pump(iterator)
+        except (Exception, Cancelled) as exc:  # handed to the consumer, who raises it
+            error = exc
+        finally:
+            close_quietly(iterator)  # a generator can only be closed by its own thread
+            if source is not iterator:
+                close_quietly(source)
+            self._reader_exited(error, completed)
+            error = None  # break the traceback -> frame -> error cycle
+
+    def _pump(self, iterator: Iterator[T]) -> bool:
+        """Move items into the buffer. True when the source ended, False when told to stop."""
+        buf = self._buf
+        extend = buf.extend
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return True
+        self._watch.first_item()
+        buf.append(item)
+        del item
+        room = self._next_round()  # hands the first item over before announcing it
+        self._watch.announce_first()
+        # The source, then a marker that records its end (all in C, nothing per item).
+        ended: List[bool] = []
+        items = itertools.chain(iterator, iter(functools.partial(ended.append, True), None))
+        while room >= 0:
+            if room == 0:  # the consumer waits: one item at a time, under the lock
+                for one in itertools.islice(items, 1):
+                    self._hand_over(one)
+            else:
+                extend(map(_PASS, iter(self._gate), items))
+            if ended:
+                return True
+            room = self._next_round()
+        return False
+
+    def _hand_over(self, item: T) -> None:
+        """One item, appended and announced under the lock (while the consumer waits)."""
+        with self._lock:
+            self._buf.append(item)
+            if self._consumer_waiting:
+                self._wake_consumer()
+
+    def _next_round(self) -> int:
+        """Between rounds: wake a waiting consumer, wait while full, size the next round.
+
+        Returns the round's size, 0 for a single step, -1 to stop.
+        """
+        with self._lock:
+            if self._watch.stopping:
+                return -1
+            if self._consumer_waiting and self._buf:
+                self._wake_consumer()
+            while len(self._buf) >= self._max:
+                self._reader_waiting = True
+                self._not_full.wait()
+                self._reader_waiting = False
+                if self._watch.stopping:
+                    return -1
+            if self._consumer_waiting:  # the gate is closed while the consumer waits
+                return 0
+            room = self._max - len(self._buf)
+            self._gate = [None] * room
+            return room
+
+    def _wake_consumer(self) -> None:
+        """With ``_lock`` held: the consumer stops waiting now, so rounds resume at once."""
+        self._consumer_waiting = False
+        self._not_empty.notify()
+
+    def _reader_exited(self, error: Optional[BaseException], completed: bool) -> None:
+        with self._lock:
+            self._reader_done = True
+            self._reader_completed = completed
+            if not self._watch.stopping:  # after the consumer gave up, a late error is dropped
+                self._reader_error = error
+            self._not_empty.notify()
+
+    # -- consumer side ---------------------------------------------------------
+
+    def next_batch(self) -> Optional[Iterator[T]]:
+        """Wait for buffered items and return an iterator over them; ``None`` at the end.
+
+        Raises the source's error, :class:`StreamIdleTimeout`, or ``Cancelled``
+        (converted when the explicit budget owns it).
+        """
+        watch = self._watch
+        watch.begin_batch()
+        wait_from: Optional[float] = None
+        while True:
+            outcome, wait_from = self._poll(wait_from)
+            if outcome is not None:
+                return outcome
+            # Something ended; act outside the lock (on_timeout and events run user code).
+            # The budget goes first, so a cancel wins over an idle timeout due at once.
+            if watch.stopping:
+                return None
+            watch.check_budgets()
+            if self._reader_done and not self._buf:
+                watch.source_ended(self._taken_error(), self._reader_completed)
+                return None
+            watch.check_idle(wait_from)
+
+    def _taken_error(self) -> Optional[BaseException]:
+        """The source's error, taken (no frame of the consumer's keeps it: no cycle)."""
+        error, self._reader_error = self._reader_error, None
+        return error
+
+    def _poll(self, wait_from: Optional[float]) -> Tuple[Optional[Iterator[T]], Optional[float]]:
+        """Take the buffered batch, waiting while it is empty; ``None`` when something ended."""
+        watch = self._watch
+        with self._lock:
+            while True:
+                now = watch.now()
+                if watch.ended(now):
+                    return None, wait_from
+                buf = self._buf
+                count = len(buf)
+                if count:
+                    # Two atomic list operations: the reader only ever appends, so the
+                    # first ``count`` items are the ones copied, whatever it does between.
+                    batch = buf[:count]
+                    del buf[:count]
+                    if self._reader_waiting:  # room again, also when it filled while we waited
+                        self._not_full.notify()
+                    return watch.hand_out(batch), wait_from
+                if self._reader_done:
+                    return None, wait_from
+                if wait_from is None:
+                    wait_from = now
+                timeout = watch.wait_left(wait_from, now)
+                if timeout <= 0:
+                    return None, wait_from
+                self._consumer_waiting = True
+                self._gate.clear()  # the reader's round ends before its next source item
+                # Looked at again through a slice, which takes the list's own lock on a
+                # free-threaded build, as the reader's append does: either this sees the
+                # item, or the reader, after appending it, sees the cleared gate.
+                if not buf[-1:]:
+                    if math.isinf(timeout):
+                        self._not_empty.wait()
+                    else:
+                        watch.clock.wait(self._not_empty, timeout)  # a budget's end wakes it
+                self._consumer_waiting = False
+
+    # -- ending ----------------------------------------------------------------
+
+    def _wake(self) -> None:
+        """The watch's: the stream ended (the reader stops) or a budget ended."""
+        with self._lock:
+            if self._watch.stopping:
+                # An error the consumer will never take (the budget's end came first):
+                # dropped, since its traceback holds the reader's frame, and so this.
+                self._reader_error = None
+                self._gate.clear()
+                self._not_full.notify_all()
+            self._not_empty.notify_all()
+
+    def _unblock(self) -> None:
+        """The watch's: shut the sockets the reader is reading through instrumented
+        connections, and call ``on_timeout`` once, if the reader may still be inside the
+        source."""
+        with self._lock:
+            if self._unblocked or self._reader_done:
+                return
+        shut = self._reads.shut()
+        with self._lock:
+            if self._unblocked or (self._on_timeout is None and not shut):
+                return
+            self._unblocked = True
+            callback = self._on_timeout
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception:
+            _log.exception("watchdog_sync: the stream's on_timeout hook raised; ignored")
+
+    def close(self, *, join: bool) -> None:
+        """End the stream (``'closed'``, or ``'completed'`` if everything was delivered).
+
+        With ``join``, wait (bounded) for the reader to exit, unless the stream had
+        already ended by a timeout, the budget or an error with the source unblocked
+        from outside: that reader is on its way out, and the caller, who is raising
+        the error, must not queue behind it for the GIL.
+        """
+        watch = self._watch
+        with self._lock:
+            join = join and not (watch.ended_by is not None and self._unblocked)
+            everything_delivered = (
+                self._reader_done
+                and self._reader_completed
+                and not self._buf
+                and watch.all_handed_out()
+            )
+        watch.finish("completed" if everything_delivered else "closed")
+        thread = self._thread
+        if not join or thread is None or thread is threading.current_thread():
+            return
+        thread.join(_JOIN_SECONDS)
+        if thread.is_alive():
+            _log.warning(
+                "watchdog_sync: the stream reader is still blocked in the source %.1fs after "
+                "close(); leaving the daemon thread behind (pass on_timeout= to unblock it)",
+                _JOIN_SECONDS,
+            )
+
+    def stats(self) -> StreamStats:
+        return self._watch.stats()
+
+
+def close_quietly(source: object) -> None:
+    close = getattr(source, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:
+        _log.exception("watchdog_sync: closing the stream's source raised; ignored")

@@ -1,0 +1,250 @@
+"""One guarded stream's watch: its limits, budgets and deadline, its single end, stats and errors.
+
+Each stream's feed holds one (:mod:`.thread_feed`: a reader thread fills a buffer;
+:mod:`.socket_feed`: the consumer reads its own socket). The watch has no thread,
+buffer or socket. It says how long the consumer may wait (``min(idle limit left,
+budget left)``), whether the stream has ended, which error ends it, and records the
+end once: the budgets let go, the feed told to wake its consumer (``wake``) and to
+unblock its source (``unblock``), the ``stream_end`` event emitted. It counts the
+items handed out batch by batch, so ``stats`` read from any thread are consistent.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import operator
+import threading
+from typing import Any, Callable, Iterator, List, Optional, Tuple
+
+from .._core import events as _events
+from .._core import scope as _scope
+from .._core.budget import Budget, _noop
+from .._core.clock import Clock
+from .._core.errors import Cancelled
+from .idle import idle_timeout_error
+from .limits import StreamLimits
+from .stats import StreamStats
+
+__all__ = ["StreamWatch"]
+
+_USED_UP: Iterator[Any] = iter(())
+
+
+class StreamWatch:
+    """The limits, budgets, end and stats of one stream (see the module's docstring).
+
+    ``wake`` and ``unblock`` are the feed's: ``wake`` notifies whoever waits on the
+    feed (under the feed's own lock), ``unblock`` frees a source that may be blocked
+    (it shuts a socket from outside, or calls ``on_timeout``). Both are called when
+    the stream ends and when a budget it watches ends, outside the watch's lock.
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: StreamLimits,
+        budgets: List[Budget],
+        explicit: Optional[Budget],
+        clock: Clock,
+        wake: Callable[[], None],
+        unblock: Callable[[], None],
+    ) -> None:
+        self._lock = threading.Lock()  # the end: recorded once
+        self._wake = wake
+        self._unblock = unblock
+        self._idle = limits.idle
+        self._first = limits.first
+        self._first_named = limits.first_named
+        self._budgets = budgets
+        # The earliest deadline on the stream's clock (budgets' deadlines never move).
+        self.deadline = min(
+            (b.deadline for b in budgets if b.clock is clock and b.deadline is not None),
+            default=math.inf,
+        )
+        self._other_clocks = [b for b in budgets if b.clock is not clock]
+        self._explicit = explicit
+        self.stage = budgets[0].stage if budgets else None
+        self._unregister: List[Callable[[], None]] = []
+        self.ended_by: Optional[str] = None
+        self._ended_at: Optional[float] = None
+        self.first_at: Optional[float] = None
+        self.stopping = False
+        self._budget_ended = False
+        self.taken = 0  # items in the batches before the current one (the consumer's own)
+        # (items before, batch, the batch's countdown): one tuple, replaced whole.
+        self._current: Tuple[int, List[Any], Iterator[Any]] = (0, [], _USED_UP)
+        self.clock = clock
+        self.now = clock.now
+        self.created = self.now()
+        self._context = contextvars.copy_context()  # events carry the opener's fields
+
+    def start(self) -> None:
+        """Watch the budgets: a budget's end wakes the consumer and unblocks the source."""
+        for budget in self._budgets:
+            self._unregister.append(budget.on_done(self._on_budget_done))
+
+    def restart(self) -> None:
+        """The request goes out now: the first-item limit and the lifetime count from here."""
+        self.created = self.now()
+
+    def _on_budget_done(self, budget: Budget) -> None:
+        self._budget_ended = True
+        self._wake()
+        self._unblock()
+
+    # -- waiting ---------------------------------------------------------------
+
+    def ended(self, now: float) -> bool:
+        """The stream was stopped, or a budget it watches ended (at ``now``, its clock's)."""
+        if self.stopping or self._budget_ended or now >= self.deadline:
+            return True
+        for budget in self._budgets:
+            if budget.cancelled:
+                return True
+        return bool(self._other_clocks) and any(budget.ended for budget in self._other_clocks)
+
+    def idle_left(self, wait_from: float, now: float) -> float:
+        """Seconds until the idle (or first-item) limit; ``inf`` when disabled."""
+        if self.taken == 0:
+            return math.inf if self._first is None else self.created + self._first - now
+        return math.inf if self._idle is None else wait_from + self._idle - now
+
+    def wait_left(self, wait_from: float, now: float) -> float:
+        """Seconds the consumer may wait: ``min(idle limit left, deadline left)``."""
+        return min(self.idle_left(wait_from, now), self.deadline - now)
+
+    def first_item_left(self) -> Optional[float]:
+        """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
+        if self._first is None or self.taken:
+            return None
+        return self.created + self._first - self.now()
+
+    # -- ending ----------------------------------------------------------------
+
+    def check_budgets(self) -> None:
+        """Raise for a budget that ended (``Cancelled``, or converted when the explicit
+        budget owns it), the stream's end recorded first."""
+        for budget in self._budgets:
+            try:
+                budget.check()
+            except Cancelled as exc:
+                self._end_cancelled(exc)
+                raise
+        self._budget_ended = False  # a stale wake-up: nothing has ended
+
+    def check_idle(self, wait_from: Optional[float]) -> None:
+        """Raise :class:`StreamIdleTimeout` when the wait from ``wait_from`` passed the idle
+        (or first-item) limit, the stream's end recorded first."""
+        if wait_from is None:
+            return
+        now = self.now()
+        if self.idle_left(wait_from, now) > 0:
+            return
+        first_phase = self.taken == 0
+        limit = self._first if first_phase else self._idle
+        assert limit is not None
+        waited = now - (self.created if first_phase else wait_from)
+        self.finish("idle_timeout")
+        raise idle_timeout_error(
+            first_phase=first_phase,
+            first_named=self._first_named,
+            waited=waited,
+            limit=limit,
+            chunks=self.taken,
+            lifetime=now - self.created,
+            stage=self.stage,
+        )
+
+    def _end_cancelled(self, exc: Cancelled) -> None:
+        """Record the end; raise the public error when the explicit budget owns ``exc``."""
+        self.finish("deadline" if exc.reason == "deadline_exceeded" else "cancelled")
+        if self._explicit is not None and _scope.owns(self._explicit, exc):
+            raise _scope.error_for(exc, stage=self.stage) from None
+
+    def source_ended(self, error: Optional[BaseException], completed: bool) -> None:
+        """The source's end, once everything before it was handed out: recorded, and
+        ``error`` raised (a ``Cancelled`` converted when the explicit budget owns it)."""
+        if error is None:
+            self.finish("completed" if completed else "error")
+            if not completed:
+                raise RuntimeError("the stream's reader thread ended without an outcome")
+            return
+        try:
+            if isinstance(error, Cancelled):
+                self._end_cancelled(error)
+            else:
+                self.finish("error")
+            raise error
+        finally:
+            error = None  # no frame keeps it: no cycle through its traceback
+
+    def finish(self, ended_by: str) -> bool:
+        """Record the end (once): let the budgets go, wake the feed, unblock its source,
+        emit ``stream_end``. False when the stream had ended already."""
+        with self._lock:
+            if self.ended_by is not None:
+                return False
+            self.ended_by = ended_by
+            self._ended_at = ended_at = self.now()
+            self.stopping = True
+            unregister, self._unregister = self._unregister, []
+            # The feed's hooks are let go here: no cycle (feed -> watch -> feed) stays behind.
+            wake, self._wake = self._wake, _noop
+            unblock, self._unblock = self._unblock, _noop
+        wake()
+        for release in unregister:
+            release()
+        unblock()
+        _events.emit_observed(
+            "stream_end",
+            stage=self.stage,
+            reason=ended_by,
+            chunks_received=self.delivered(),
+            elapsed_ms=(ended_at - self.created) * 1000.0,
+        )
+        return True
+
+    # -- counting --------------------------------------------------------------
+
+    def first_item(self) -> bool:
+        """The source's first item arrived: recorded. False when one had arrived before."""
+        if self.first_at is not None:
+            return False
+        self.first_at = self.now()
+        return True
+
+    def announce_first(self) -> None:
+        """The ``first_byte`` event, with the fields of the context the stream was made in."""
+        assert self.first_at is not None
+        self._context.run(
+            _events.emit_observed,
+            "first_byte",
+            stage=self.stage,
+            first_byte_ms=(self.first_at - self.created) * 1000.0,
+        )
+
+    def begin_batch(self) -> None:
+        """The previous batch is used up (the chain only asks then): count it as taken."""
+        before, batch, _ = self._current
+        self.taken = taken = before + len(batch)
+        self._current = (taken, [], _USED_UP)
+
+    def hand_out(self, batch: List[Any]) -> Iterator[Any]:
+        """The iterator the consumer takes ``batch`` through, counted as it goes."""
+        items = iter(batch)
+        self._current = (self.taken, batch, items)
+        return items
+
+    def all_handed_out(self) -> bool:
+        """The current batch is used up."""
+        return operator.length_hint(self._current[2]) == 0
+
+    def delivered(self) -> int:
+        before, batch, items = self._current
+        return before + len(batch) - operator.length_hint(items)
+
+    def stats(self) -> StreamStats:
+        end = self._ended_at if self._ended_at is not None else self.now()
+        first = None if self.first_at is None else self.first_at - self.created
+        return StreamStats(self.delivered(), first, end - self.created, self.ended_by)
