@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import socket
 import threading
 import time
@@ -167,4 +168,29 @@ def test_a_failed_request_lets_the_threads_session_go_and_it_is_replaced() -> No
         list(stream_sse(f"http://127.0.0.1:{port}/v1", idle_timeout=5))
     after, let_go = private_session()  # not held: the failure let it go, as not reusable
     assert let_go is not None and after is not first
+    let_go(True)
+
+
+def test_a_forked_child_makes_its_own_session_not_its_parents() -> None:
+    """After fork() the child's thread gets a new session of its own, even where its parent's
+    thread held one free: the parent's pool is not the child's."""
+    first, let_go = private_session()
+    assert let_go is not None
+    let_go(True)  # free: the parent's thread would get it again
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's outcome goes through the pipe)
+        try:
+            session, _ = private_session()
+            os.write(write_end, b"new" if session is not first else b"parent's")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        answer = os.read(read_end, 16)
+    finally:
+        os.close(read_end)
+        os.waitpid(child, 0)
+    again, let_go = private_session()
+    assert answer == b"new" and again is first and let_go is not None
     let_go(True)

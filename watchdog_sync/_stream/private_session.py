@@ -13,7 +13,7 @@ session's jar is empty, and a stream's connection is closed at its end (requests
 see none of the body we read), so the pool keeps only closed connections. A redirect's
 connection may go back to the pool open, and a failed request may leave one: then the session
 is closed at the stream's end, as ``requests.post`` closes its own, and the next stream makes
-a new one. A child after ``fork()`` makes its own.
+a new one. A child after ``fork()`` makes its own: a slot serves only the process that made it.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ __all__ = ["private_session"]
 class _Slot:
     """A thread's private session, and whether an open stream holds it."""
 
-    __slots__ = ("_held", "_lock", "_session")
+    __slots__ = ("_held", "_lock", "_session", "pid")
 
     def __init__(self) -> None:
+        self.pid = os.getpid()
         self._lock = threading.Lock()  # the holder may let go from another thread
         self._session: Optional[Session] = None
         self._held = False
@@ -73,18 +74,9 @@ def private_session() -> Tuple[Session, Optional[Callable[[bool], None]]]:
     one, a new session and ``None``: close it once the response's head is in, as
     ``requests.post`` closes its own (the response keeps its connection)."""
     slot = getattr(_local, "slot", None)
-    if slot is None:
+    if slot is None or slot.pid != os.getpid():  # none yet, or the parent's (after fork())
         slot = _local.slot = _Slot()
     session = slot.take()
     if session is None:
         return Session(), None
     return session, slot.let_go
-
-
-def _after_fork_in_child() -> None:
-    global _local
-    _local = threading.local()  # the parent's sessions stay the parent's
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
