@@ -11,7 +11,7 @@ over one client (``Limits`` sized for N), once with ``httpx2.Client()`` and once
 ``watchdog_sync.httpx_client()`` (inside ``deadline()``), and reports events/s, CPU
 per event, event latency (median, and the median of each stream's p99) and the
 threads added beyond the pool's. It checks that httpx_client() adds at most 5
-threads (the shared reader and the shared watchdog thread). Loopback only; every
+threads (the shared watchdog thread; code before issue 36 also had its shared reader). Loopback only; every
 run has a time limit.
 """
 

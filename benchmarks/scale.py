@@ -13,9 +13,9 @@ once from a thread pool, once with ``stream_sse`` and once with plain
 minus send time: median, and each stream's p99), peak threads, RSS, and (on Linux,
 from the per-thread counters) the CPU of the callers' own threads beside the rest of
 the process and how often a caller's thread went to sleep per event. It
-checks that the guarded streams add at most 5 threads (the shared reader and the
-shared watchdog thread; a per-stream reader thread still counts, so code with one
-per stream fails from N = 5 on). With ``--trickle K``, once the N streams have
+checks that the guarded streams add at most 5 threads (the shared watchdog thread;
+code before issue 36 also had its shared reader; a per-stream reader thread still
+counts, so code with one per stream fails from N = 5 on). With ``--trickle K``, once the N streams have
 started, K more open one at a time, one every ``--trickle-every`` seconds, as a
 service's requests come in beside the streams it holds (their events counted too).
 Loopback only; every run has a time limit.
@@ -44,7 +44,7 @@ from _scale_server import (
 
 _WORKER_SECONDS = 180.0  # one client process (one N, one implementation)
 _STREAM_IDLE = 30.0
-_SHARED_READER = "watchdog_sync-shared-reader"  # the one thread of socket-backed streams
+_SHARED_READER = "watchdog_sync-shared-reader"  # code before issue 36: one thread for many
 _THREADS_ADDED = 5  # at most this many threads beyond the callers' (the issue's goal)
 
 
@@ -218,7 +218,7 @@ def _worker(impl: str, streams: int, url: str, trickle: int, every: float) -> Di
         "elapsed": elapsed,
         "rate": len(all_lags) / elapsed,
         "cpu_us_per_event": cpu / max(1, len(all_lags)) * 1e6,
-        # The callers' own threads, and everything else (shared reader, watchdog, monitor):
+        # The callers' own threads, and everything else (watchdog, monitor):
         "caller_cpu_us_per_event": (callers_after[0] - callers_before[0])
         / max(1, len(all_lags))
         * 1e6,
@@ -351,7 +351,7 @@ def main() -> None:
     print()
     print(
         "Where the CPU goes (Linux's per-thread counters; medians): the callers' threads, the "
-        "rest of the process (shared reader, watchdog, this benchmark's monitor), and how often "
+        "rest of the process (watchdog, this benchmark's monitor), and how often "
         "a caller's thread went to sleep"
     )
     print()
@@ -359,7 +359,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- |")
     print("\n".join(split))
     print()
-    print(f"Threads added by the watchdog (at most {_THREADS_ADDED}: shared reader + watchdog):")
+    print(f"Threads added by the watchdog (at most {_THREADS_ADDED}: the watchdog):")
     print("\n".join(checks))
     if failed:
         sys.exit(1)

@@ -8,7 +8,7 @@ send them. Prints events/s of (a) requests + sseclient-py and (b) stream_sse,
 and their ratio (median over ``--rounds`` alternating runs); then the idle-timeout detection latency
 (fired-at minus idle) over ``--stalls`` silent streams. (The time from the timeout to
 the stream's reader thread gone is no longer measured: socket-backed streams have no
-reader thread of their own since the shared reader; ``benchmarks/idle_scale.py``
+reader thread of their own: their consumers read them; ``benchmarks/idle_scale.py``
 measures detection at scale.)
 """
 

@@ -1,6 +1,6 @@
 """No stream can slow, stall or stop another: a huge multi-line event and comment floods beside
 a healthy stream, a flood from the first body byte, and an event listener raising SystemExit
-(on a stream's reader thread: that stream alone ends, with stream_reader_failed; in a
+(on a stream's reader thread: that stream alone ends, with a clear error; in a
 consumer's read: only that caller sees it)."""
 
 from __future__ import annotations

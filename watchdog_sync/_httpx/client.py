@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from .._core.budget import Budget
 from .._core.config import AS_IDLE, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
-from .transport import HTTPXTransport, default_library, library_of
+from .library import default_library, library_of
+from .transport import HTTPXTransport
 
 if TYPE_CHECKING:
     import httpx2

@@ -1,52 +1,27 @@
 """HTTPXTransport: an httpx2 (or httpx) transport whose every request is bounded by the budget.
 
-It wraps another transport (by default the library's own ``HTTPTransport``)
-and, for each request:
-
-* clips the request's timeouts (connect and TLS, write, pool, every read) to
-  the budget's remaining time;
-* from the connect to the response's last header byte (``1xx`` included),
-  bounds httpcore's own network calls (:mod:`.head`, through the hooks of
-  :mod:`.httpcore_hooks` on the wrapped ``HTTPTransport``'s pool): the name
-  resolved within the time left, each read's and write's timeout the time
-  left, recomputed per call, the socket shut from outside at the budget's end;
-* checks the budget when the wrapped transport returns: an answer that comes
-  back past the deadline (from a phase below that nothing could interrupt)
-  is closed and raises, never a success;
-* registers the response's socket (HTTP/1.x) with the budget while the
-  response is open, so the budget's end shuts it from outside
-  (``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
-  thread does not); closing the response lets it go before the connection
-  can return to the pool; an HTTP/2 event stream that ends early is reset
-  instead, and its socket shut only when no other stream uses it (see
-  :mod:`.http2`);
-* guards a ``text/event-stream`` body like :func:`stream_sse`: the shared
-  stream reader (HTTP/1.1, see :mod:`.feed`; else a reader thread) frames
-  it into events, data events are activity (comments and ``ping``
-  events are not), a first-event and an idle limit, an event size cap, and a
-  stream that ends without its terminal event raises
-  ``StreamProtocolError('no_finish_reason')``;
-* sends a streaming request again (at most twice, within the budget) when the
-  stream stays silent before its first event, so the caller gets one good stream;
-  only outside a retry owner: inside a ``retry_call`` attempt it raises and that
-  loop decides (one retry owner);
-* with ``propagate=True``, sets the deadline headers on each send (see
-  :mod:`.call`: never to another origin than the call's first request's);
-* reports the call to observers (``call_start`` .. ``call_end``, a span for
-  ``watchdog_sync.otel``) from the request to the response's close.
-
-The budget's end raises ``Cancelled`` inside a ``deadline()`` scope (which the
-SDKs' ``except Exception`` retry loops cannot swallow; the scope converts it);
-with ``budget=`` and no scope it raises :class:`DeadlineExceeded` /
-:class:`OperationCancelled` itself.
+It wraps another transport (by default the library's own ``HTTPTransport``) and, for
+each request: clips its timeouts to the budget's remaining time; bounds the connect
+and the response head (``1xx`` included) through httpcore's network calls
+(:mod:`.head`, hooked in by :mod:`.httpcore_hooks`); checks the budget when the
+wrapped transport returns (an answer past the deadline is closed and raises);
+registers an HTTP/1.x response's socket with the budget while the response is open
+(its end shuts it from outside; closing the response lets it go before the pool can
+take the connection back; an HTTP/2 event stream is reset instead, :mod:`.http2`);
+guards a ``text/event-stream`` body by the stream rules (an HTTP/1.1 body on
+httpcore's own sockets read by its consumer, :mod:`.feed`; any other on a reader
+thread of its own, :mod:`.sse`); sends a streaming request again when it stays
+silent before its first event, only outside a retry owner (one retry owner); sets
+the deadline headers with ``propagate=True`` (:mod:`.call`); reports the call to
+observers. The budget's end raises ``Cancelled`` inside a ``deadline()`` scope
+(which the scope converts); with ``budget=`` and no scope it raises
+:class:`DeadlineExceeded` / :class:`OperationCancelled` itself.
 """
 
 from __future__ import annotations
 
 import contextvars
-import importlib
 import logging
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
@@ -70,6 +45,7 @@ from .feed import fed_events
 from .head import head_phase
 from .http2 import h2_stream
 from .httpcore_hooks import bound_pool
+from .library import default_library, library_of
 from .sse import threaded_events
 
 if TYPE_CHECKING:
@@ -79,7 +55,7 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
-__all__ = ["BOUND", "HTTPXTransport", "default_library", "library_of"]
+__all__ = ["BOUND", "HTTPXTransport"]
 
 _log = logging.getLogger("watchdog_sync")
 _MAX_SENDS = 3  # a stream silent before its first event is sent at most twice more
@@ -92,34 +68,6 @@ _CONCRETE_LOCK = threading.Lock()
 BOUND: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "watchdog_sync_httpx_bound", default=False
 )
-
-
-def default_library() -> Any:
-    """``httpx2`` if it is installed, else ``httpx``; ImportError naming the extra otherwise."""
-    for name in ("httpx2", "httpx"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise ImportError(
-        "watchdog_sync's HTTPXTransport and httpx_client() need httpx2 (or httpx): "
-        "pip install 'watchdog-sync[httpx]'"
-    )
-
-
-def library_of(transport: object) -> Any:
-    """The library (``httpx2`` or ``httpx``) whose ``BaseTransport`` ``transport`` is.
-
-    Only libraries already imported are looked at: a transport's library is.
-    """
-    for name in ("httpx2", "httpx"):
-        lib = sys.modules.get(name)
-        if lib is not None and isinstance(transport, lib.BaseTransport):
-            return lib
-    raise TypeError(
-        "transport must be an httpx2 or httpx transport (a BaseTransport such as "
-        f"HTTPTransport()), not {type(transport).__name__}"
-    )
 
 
 class HTTPXTransport(_Base):
@@ -383,7 +331,7 @@ class HTTPXTransport(_Base):
         if self._limits.first is not None:
             first = max(_FLOOR, self._limits.first - (time.monotonic() - started))
         limits = StreamLimits(self._limits.idle, first, first_named=True)  # what this send has left
-        with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the one body reader
+        with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: read by its consumer
             fed = fed_events(response, method, self._lib, framer, watch, shutter, limits)
             if fed is None:
                 threaded = threaded_events(response.stream, framer, watch, h2 or shutter, limits)

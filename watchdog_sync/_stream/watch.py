@@ -21,8 +21,8 @@ from .._core import events as _events
 from .._core import scope as _scope
 from .._core.budget import Budget, _noop
 from .._core.clock import Clock
-from .._core.errors import Cancelled
-from .idle import idle_timeout_error
+from .._core.config import ENV_IDLE_TIMEOUT
+from .._core.errors import Cancelled, StreamIdleTimeout
 from .limits import StreamLimits
 from .stats import StreamStats
 
@@ -135,7 +135,8 @@ class StreamWatch:
 
     def check_idle(self, wait_from: Optional[float]) -> None:
         """Raise :class:`StreamIdleTimeout` when the wait from ``wait_from`` passed the idle
-        (or first-item) limit, the stream's end recorded first."""
+        (or first-item) limit, the stream's end recorded first: what was waited for, and
+        the knob to turn."""
         if wait_from is None:
             return
         now = self.now()
@@ -145,15 +146,23 @@ class StreamWatch:
         limit = self._first if first_phase else self._idle
         assert limit is not None
         waited = now - (self.created if first_phase else wait_from)
+        lifetime = now - self.created
         self.finish("idle_timeout")
-        raise idle_timeout_error(
-            first_phase=first_phase,
-            first_named=self._first_named,
-            waited=waited,
-            limit=limit,
-            chunks=self.taken,
-            lifetime=now - self.created,
+        if first_phase:
+            what = f"no first item within {waited:.2f}s of opening the stream"
+            knob = "first_item_timeout=" if self._first_named else "idle_timeout="
+        else:
+            what = f"no stream activity for {waited:.2f}s after {self.taken} chunks"
+            knob = "idle_timeout="
+        raise StreamIdleTimeout(
+            f"{what} (limit {limit:g}s, stream open {lifetime:.2f}s); if the source is "
+            f"legitimately this slow, raise {knob} (or the {ENV_IDLE_TIMEOUT} environment "
+            "variable)",
+            idle_timeout=limit,
+            chunks_received=self.taken,
+            stream_lifetime=lifetime,
             stage=self.stage,
+            elapsed=lifetime,
         )
 
     def _end_cancelled(self, exc: Cancelled) -> None:
