@@ -24,15 +24,15 @@ limit, budget, ``close()`` before the end), shut from outside by the budget's
 :class:`~.body.Shutter` (checked after it let the socket go, so no later
 shutdown can reach a pooled socket), failed, or cut marks h11's side as failed
 (``send_failed()``, public h11 API) first, and httpcore closes the connection.
-h11 is touched under one lock, never after that mark, so the consumer's close
-and the reader's reads never use it at once.
+h11 is touched under one lock, never after that mark, so a close from another
+thread and the consumer's reads never use it at once.
 
 A ``makefile()`` reference keeps the socket's descriptor open until the body
 has let it go, so that a close from another thread (the caller's, or
 ``client.close()``) never takes the descriptor from under a read; a stream
 whose client was closed raises httpx's ``ReadError`` at its next read.
 httpcore's ``response_closed`` trace runs on the thread that closes the
-response first: the body's reader when the body ends or fails, else the caller.
+response first: the consumer when the body ends or fails, else the closer.
 
 On timeout or cancel: the stream's idle limit, the budget's end and ``close()``
 shut the socket from outside, which ends a read in progress; the body then

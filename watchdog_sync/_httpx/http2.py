@@ -20,8 +20,7 @@ limit, the budget's end, ``close()``), :meth:`H2Stream.shut`:
   whichever reader is in the read, which files it and lets the read lock go,
   and our reader, once it has the lock, sees its reset. The other streams keep
   the connection and never see a difference. A lock is not fair: the reader
-  that let it go often takes it again before ours wakes (measured: about one
-  time in seven on two busy cores), so while our reader is still in, the
+  that let it go may take it again before ours wakes, so while our reader is still in, the
   watchdog thread sends another PING every ``NUDGE_EVERY`` seconds, at most
   ``NUDGES`` times (1 s), and shuts the socket as soon as no other stream is
   open. A server that answers no PING while every other stream on the
@@ -177,13 +176,12 @@ class _Turns:
     After each read, httpcore's reader lets the read lock go, writes what h2 has to
     send (often nothing), and takes the lock again for its next read. A lock is not
     fair: the thread that lets it go takes it again before a waiting one has woken,
-    and then holds it across a read that lasts until the connection's next frame.
-    Measured with plain httpx2, one thread reading a quiet stream and a second request
-    on the same connection: the second waited for the read timeout in 35 of 50 tries.
-    A guarded stream always has a reader in that read, so a connection that carries
-    one gets this stream, whose ``write`` first gives the interpreter and the CPU up
-    for an instant (``time.sleep(0)``): measured through ``httpx_client()``, 0 of 30
-    waited (24 of 30 without it).
+    and then holds it across a read that lasts until the connection's next frame (with
+    plain httpx2, a second request on a connection whose one stream is quiet often
+    waits for the read timeout). A guarded stream always has a reader in that read, so
+    a connection that carries one gets this stream, whose ``write`` first gives the
+    interpreter and the CPU up for an instant (``time.sleep(0)``), so a writer waiting
+    for the read lock gets its turn.
     """
 
     __slots__ = ("_inner",)

@@ -1,20 +1,13 @@
 """The one event-stream body reader: bytes -> payload -> whole events -> the rules -> the feed.
 
-Every socket-backed event stream (``stream_sse`` and ``ChatClient`` over
-http.client, the httpx transport's HTTP/1.1 streams over h11) is read by one
-:class:`BodyFeed`, in its consumer's thread, for its whole life (its
-:class:`~.socket_feed.SocketFeed` asks for one read at a time, each waiting at most
-what the consumer's wait may last). Each read goes the same way: the body's
-:class:`Framing` turns it into payload bytes, the :class:`~.framing.EventFramer`
-splits and bounds the events, the stream rules' :class:`~.wire.Gate` passes them
-on, ``parse`` makes the items the stream hands on. What differs between the two
-HTTP stacks is only the :class:`Framing`: how bytes become payload, how the body
-may end, and how its connection is let go.
-
-Isolation: a stream's bytes cost only its own consumer, and parsing is linear in
-them; a flood of comments or pings gives its consumer nothing, and the first-event
-and idle limits end it (the bytes that came with the headers included: at most one
-read's worth is taken at the open).
+Every socket-backed event stream (``stream_sse`` and ``ChatClient`` over http.client, the
+httpx transport's HTTP/1.1 streams over h11) is read by one :class:`BodyFeed`, in its
+consumer's thread, one read at a time (:class:`~.socket_feed.SocketFeed` asks). Each read:
+the body's :class:`Framing` makes payload bytes, the :class:`~.framing.EventFramer` splits
+and bounds the events, the stream rules' :class:`~.wire.Gate` passes them on, ``parse``
+makes the items. Only the :class:`Framing` differs between the two HTTP stacks. A stream's
+bytes cost only its own consumer, linearly; a flood of comments meets its own first-event
+and idle limits (the bytes that came with the headers included: one read's worth at most).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Each thread's private Session, for the streams sent without a session of their own.
 
 A stream sent without one (``stream_sse(url)``, as ``requests.post`` makes a session for
-each call) used to make a :class:`Session` for its request and close it after: requests'
+each call) would make a :class:`Session` for its request and close it after: requests'
 session with its two default adapters, our guarded one, a pool manager and a pool for the
-host, made and dropped again, about 90 µs of a stream's open on loopback. Each thread now
-keeps one, held by one open stream at a time: a stream sent while another open stream of
-the same thread holds it makes a new one and closes it once its head is in, as before, so a
-thread that interleaves many streams never fills a pool past its size.
+host, made and dropped again at every open. Each thread keeps one instead, held by one open
+stream at a time: a stream sent while another open stream of the same thread holds it makes
+a new one and closes it once its head is in, so a thread that interleaves many streams never
+fills a pool past its size.
 
 Nothing of one call reaches the next: the cookies are cleared before each request, as a new
 session's jar is empty, and a stream's connection is closed at its end (requests and urllib3

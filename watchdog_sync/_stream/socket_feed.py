@@ -1,18 +1,14 @@
 """A stream read by its consumer's own thread, for its whole life: the socket feed.
 
-For a socket-backed body (http.client's framing and h11's, HTTP/1.1: ``stream_sse``,
-``ChatClient``, the httpx transport's HTTP/1.1 streams). No thread of its own: the
-stream's ``opener`` runs in the consumer's thread at the first ``next()`` (it sends
-the request and attaches the body), and then, each time the consumer asks for items
-and none wait, the consumer reads the body once (:meth:`Body.pull`), waiting at most
-``min(idle limit left, budget left)``, as the stream's
-:class:`~.watch.StreamWatch` says; that read's items are the batch it takes.
+For a socket-backed body (``stream_sse``, ``ChatClient``, the httpx transport's HTTP/1.1
+streams). The stream's ``opener`` runs in the consumer's thread at the first ``next()``
+(it sends the request and attaches the body); then, each time no item waits, the consumer
+reads the body once (:meth:`Body.pull`), waiting at most what its
+:class:`~.watch.StreamWatch` allows, and takes that read's items as its batch.
 
-On timeout or cancel ``on_timeout`` shuts the socket from outside (at the budget's
-end, from the watchdog thread), which ends a read in progress. The body is then
-ended by that read or, when no read is in progress, by the thread that stopped the
-stream or saw its budget end (its consumer, whoever called ``close()``, the
-watchdog thread), so the connection ends then, not when the consumer comes back.
+On timeout or cancel ``on_timeout`` shuts the socket from outside, which ends a read in
+progress. The body is then ended by that read or, when none is in progress, by the thread
+that stopped the stream or saw its budget end (the consumer, a ``close()``, the watchdog).
 """
 
 from __future__ import annotations
@@ -41,8 +37,7 @@ class Body(Protocol):
     """What a socket feed reads: one read at a time, in the consumer's thread."""
 
     def pull(self, timeout: Optional[float]) -> List[Any]:
-        """Read once, waiting at most ``timeout`` (``None``: no limit); the read's items (or
-        none: the body may have ended, :meth:`SocketFeed.body_ended`)."""
+        """Read once, waiting at most ``timeout`` (``None``: no limit); the read's items."""
 
     def end(self, error: Optional[BaseException], eof: bool) -> None:
         """End the body (once) and let its connection go."""
@@ -138,7 +133,7 @@ class SocketFeed(Generic[T]):
                         if timeout > 0:
                             body = self._body
                             if body is None:  # its open timed out: wait for the limit
-                                self._wait(timeout)
+                                watch.clock.wait(self._woken, timeout)  # or a budget's end
                                 continue
                             self._reading = True
             if body is not None:
@@ -176,13 +171,6 @@ class SocketFeed(Generic[T]):
         if watch.first_item():
             watch.announce_first()
         return watch.hand_out(items)
-
-    def _wait(self, timeout: float) -> None:
-        """With ``_lock`` held: wait for the stream's end (a budget's end wakes it)."""
-        if math.isinf(timeout):
-            self._woken.wait()
-        else:
-            self._watch.clock.wait(self._woken, timeout)
 
     # -- the body's side -------------------------------------------------------
 

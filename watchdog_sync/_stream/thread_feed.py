@@ -1,16 +1,13 @@
 """A stream read by a reader thread of its own into a bounded buffer: the thread feed.
 
-For what no consumer can read itself with a bounded wait: ``guard_stream`` over any
-iterator, and the httpx transport's streams that are not HTTP/1.1 on httpcore's own
-sockets (HTTP/2, a custom transport). The reader thread
-(``watchdog_sync-stream-reader``) fills a bounded buffer; the consumer takes what has
-accumulated as one batch and waits only on an empty buffer, at most ``min(idle limit,
-budget remaining)`` (the stream's :class:`~.watch.StreamWatch` says how long); on an
-idle timeout or the budget's end the source is unblocked from outside (``on_timeout``,
-and the sockets it reads through instrumented connections are shut) and the consumer
-raises. ``_lock`` guards every flag, ``_gate``, every wait and notification; ``_buf``
-changes only by single list operations. Why this holds without the GIL:
-docs/architecture.md, "The stream hand-off".
+For ``guard_stream`` over any iterator, and the httpx transport's streams of any shape but
+HTTP/1.1 on httpcore's own sockets. The reader thread (``watchdog_sync-stream-reader``)
+fills a bounded buffer; the consumer takes what has accumulated as one batch and waits
+only on an empty buffer, as long as its :class:`~.watch.StreamWatch` allows; on an idle
+timeout or the budget's end the source is unblocked from outside (``on_timeout``, and the
+sockets it reads through instrumented connections shut) and the consumer raises.
+``_lock`` guards every flag, ``_gate``, every wait and notification; ``_buf`` changes
+only by single list operations (why this holds without the GIL: docs/architecture.md).
 """
 
 from __future__ import annotations

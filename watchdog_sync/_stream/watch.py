@@ -1,12 +1,10 @@
 """One guarded stream's watch: its limits, budgets and deadline, its single end, stats and errors.
 
-Each stream's feed holds one (:mod:`.thread_feed`: a reader thread fills a buffer;
-:mod:`.socket_feed`: the consumer reads its own socket). The watch has no thread,
-buffer or socket. It says how long the consumer may wait (``min(idle limit left,
-budget left)``), whether the stream has ended, which error ends it, and records the
-end once: the budgets let go, the feed told to wake its consumer (``wake``) and to
-unblock its source (``unblock``), the ``stream_end`` event emitted. It counts the
-items handed out batch by batch, so ``stats`` read from any thread are consistent.
+Each stream's feed holds one (:mod:`.thread_feed`, :mod:`.socket_feed`); the watch has no
+thread, buffer or socket. It says how long the consumer may wait (``min(idle limit left,
+budget left)``), whether the stream has ended and with which error, records the end once
+(budgets let go, the feed woken and its source unblocked, ``stream_end`` emitted), and
+counts the items handed out, so ``stats`` read from any thread are consistent.
 """
 
 from __future__ import annotations
@@ -32,12 +30,11 @@ _USED_UP: Iterator[Any] = iter(())
 
 
 class StreamWatch:
-    """The limits, budgets, end and stats of one stream (see the module's docstring).
+    """The limits, budgets, end and stats of one stream.
 
-    ``wake`` and ``unblock`` are the feed's: ``wake`` notifies whoever waits on the
-    feed (under the feed's own lock), ``unblock`` frees a source that may be blocked
-    (it shuts a socket from outside, or calls ``on_timeout``). Both are called when
-    the stream ends and when a budget it watches ends, outside the watch's lock.
+    ``wake`` (notify whoever waits on the feed, under its own lock) and ``unblock`` (free
+    a source that may be blocked) are the feed's, called when the stream or a budget it
+    watches ends, never with the watch's lock held.
     """
 
     def __init__(
