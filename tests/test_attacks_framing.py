@@ -1,8 +1,8 @@
-"""Malformed chunked framing on the shared reader (issue 21), on real local sockets.
+"""Malformed chunked framing (issue 21), on real local sockets.
 
 A chunk size of ``-5`` or ``zz`` (or ``+5``, ``0x5``: hex digits only), or no CRLF after a
-chunk's data, with the headers (decoded on the consumer's thread) or later in the stream
-(decoded by the shared reader): through ``stream_sse`` and ``ChatClient`` both it is one
+chunk's data, with the headers or later in the stream (each decoded on the consumer's
+thread): through ``stream_sse`` and ``ChatClient`` both it is one
 documented error, ``StreamProtocolError('malformed_framing')``, not retryable, as
 ``classify()`` says, and nothing is logged at ERROR. It was a raw ``TypeError`` at the start
 and a ``TransportError`` with an ERROR traceback later.
@@ -38,7 +38,7 @@ def _server(bad: bytes, later: bool, requests: List[int]) -> RawServer:
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         read_request_head(conn)
         requests.append(1)
-        if later:  # a good event first, then the bad bytes on the shared reader
+        if later:  # a good event first, then the bad bytes in a later read
             conn.sendall(SSE_HEAD + GOOD)
             stop.wait(0.05)
             conn.sendall(bad)

@@ -1,4 +1,4 @@
-"""HTTPXTransport's event streams on the shared reader give a finished stream's connection back
+"""HTTPXTransport's event streams read by their consumers give a finished stream's connection back
 to httpcore's pool (h11 parses the body, as in plain httpx), and never one that was stopped,
 shut, cut or failed: the next call then opens a new connection and works."""
 
@@ -44,7 +44,7 @@ def sized(body: bytes, extra: bytes = b"") -> bytes:
 
 
 def no_reader_thread_of_its_own() -> bool:
-    """The stream is read by the shared reader (or, all of it in h11's buffer, at once)."""
+    """The stream is read by its consumer (or, all of it in h11's buffer, at once)."""
     return READER_THREAD_NAME not in [t.name for t in threading.enumerate()]
 
 
@@ -174,8 +174,8 @@ def test_closes_racing_the_readers_parse_never_pool_and_never_break_the_reader(
     client: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """30 streams closed after 1-5 events while the server sends as fast as it can (the
-    consumer's close meets the shared reader's parse): none is pooled, nothing raised on
-    the reader, and a whole stream afterwards is read and pooled."""
+    consumer's close meets its own last parse): none is pooled, nothing raised on
+    the way, and a whole stream afterwards is read and pooled."""
     count = [0]
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
@@ -309,7 +309,7 @@ def openai_chunk(content: str, finish: Any = None) -> bytes:
 
 def test_two_openai_sdk_streams_in_a_row_use_one_server_connection() -> None:
     """The openai SDK closes the response at ``data: [DONE]``: the connection is pooled when
-    the body's last chunk came with it (here in one segment), which the shared reader has
+    the body's last chunk came with it (here in one segment), which the consumer's read has
     parsed before the SDK sees [DONE]. (Plain httpx2 closes it: h11 has not read that far.)"""
     body = [CHUNKED, openai_chunk("a"), openai_chunk("b")]
     body.append(openai_chunk("", "stop") + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")

@@ -99,7 +99,7 @@ class _Reads:
 def framed_parse(
     pieces: Sequence[bytes], max_event_bytes: int = 1 << 20, into: Optional[List[Parsed]] = None
 ) -> Tuple[List[Parsed], bool]:
-    """What stream_sse's shared reader does with these reads: framer, then the parse of
+    """What stream_sse's body reader does with these reads: framer, then the parse of
     each event (sseclient-py's, or the same made directly for a one-line ``data:`` event).
 
     Events go to ``into`` as they are parsed, so a caller still has them after an error.
