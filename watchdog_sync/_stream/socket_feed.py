@@ -219,14 +219,13 @@ class SocketFeed(Generic[T]):
         socket, which ends a read in progress) once, if the body is open; then end the body
         here unless its consumer is reading it, so that the connection ends now."""
         with self._lock:
-            callback = self._on_timeout
-            if self._unblocked or self._done or callback is None:
-                return
+            callback = None if self._unblocked or self._done else self._on_timeout
             self._unblocked = True
-        try:
-            callback()
-        except Exception:
-            _log.exception("watchdog_sync: the stream's on_timeout hook raised; ignored")
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                _log.exception("watchdog_sync: the stream's on_timeout hook raised; ignored")
         self._let_go()
 
     def _let_go(self) -> None:
@@ -238,7 +237,10 @@ class SocketFeed(Generic[T]):
             if self._reading or body is None or not watch.ended(watch.now()):
                 return
             self._body = None
-        body.end(None, False)
+        try:
+            body.end(None, False)
+        except Exception:  # letting the connection go; whoever stopped the stream goes on
+            _log.exception("watchdog_sync: ending a stopped stream's body raised; ignored")
 
     def close(self, *, join: bool) -> None:
         """End the stream (``'closed'``, or ``'completed'`` if everything was delivered) and
