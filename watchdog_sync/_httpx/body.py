@@ -16,7 +16,7 @@ from .._core.scope import boundary, error_for, owns
 from .._http.shutter import SocketSet
 from .._stream.stream import GuardedStream
 
-__all__ = ["BoundedBody", "EventBody", "Shutter", "socket_of"]
+__all__ = ["BoundedBody", "EventBody", "Shutter", "as_stream_of", "socket_of"]
 
 _HTTP1 = (b"HTTP/1.1", b"HTTP/1.0")
 
@@ -35,6 +35,11 @@ def socket_of(response: Any) -> Optional[socket.socket]:
     get_extra_info = getattr(extensions.get("network_stream"), "get_extra_info", None)
     sock = get_extra_info("socket") if callable(get_extra_info) else None
     return sock if isinstance(sock, socket.socket) else None
+
+
+def as_stream_of(body: type, lib: Any) -> type:
+    """``body`` (:class:`EventBody` or :class:`BoundedBody`) as a ``lib.SyncByteStream``."""
+    return type(body.__name__, (body, lib.SyncByteStream), {})
 
 
 class Shutter:

@@ -39,8 +39,15 @@ from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits, stream_limits
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .._stream.wire import EventWatch
-from .body import BoundedBody, EventBody, Shutter, socket_of
-from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
+from .body import BoundedBody, EventBody, Shutter, as_stream_of, socket_of
+from .call import (
+    MarkedBody,
+    asks_for_stream,
+    body_in_memory,
+    call_mark,
+    mark_deadline,
+    marked_body_of,
+)
 from .feed import fed_events
 from .head import head_phase
 from .http2 import h2_stream
@@ -376,9 +383,9 @@ def _concrete(lib: Any) -> type:
                 "__qualname__": HTTPXTransport.__qualname__,
                 "__doc__": HTTPXTransport.__doc__,
                 "_lib": lib,
-                "_event_body": type("EventBody", (EventBody, lib.SyncByteStream), {}),
-                "_bounded_body": type("BoundedBody", (BoundedBody, lib.SyncByteStream), {}),
-                "_marked_body": type("MarkedBody", (MarkedBody, lib.SyncByteStream), {}),
+                "_event_body": as_stream_of(EventBody, lib),
+                "_bounded_body": as_stream_of(BoundedBody, lib),
+                "_marked_body": marked_body_of(lib),
             }
             cls = type("HTTPXTransport", (HTTPXTransport, lib.BaseTransport), namespace)
             _CONCRETE[lib.__name__] = cls
