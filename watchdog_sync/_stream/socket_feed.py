@@ -22,9 +22,8 @@ from .._core.budget import Budget
 from .._core.clock import MONOTONIC, Clock
 from .._core.errors import Cancelled
 from .limits import StreamLimits
-from .stats import StreamStats
 from .stream import GuardedStream, started
-from .watch import StreamWatch
+from .watch import StreamStats, StreamWatch
 
 __all__ = ["Body", "OpenTimedOut", "SocketFeed", "socket_stream"]
 

@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any, Callable, List, Optional
 
-__all__ = ["KERNEL_MARGIN", "READ_SIZE", "WOULD_BLOCK", "SocketRead"]
+__all__ = ["KERNEL_MARGIN", "READ_SIZE", "SocketRead"]
 
 READ_SIZE = 65536  # the most one read takes: what a read's events can add to the buffer
 # What a non-blocking read raises when nothing can be taken yet (TLS: no whole record).

@@ -21,8 +21,8 @@ from .._core.clock import MONOTONIC, Clock, ClockLike, as_clock
 from .._core.config import AS_IDLE
 from .._core.durations import Duration
 from .limits import StreamLimits, stream_limits
-from .stats import StreamStats
 from .thread_feed import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME, ThreadFeed
+from .watch import StreamStats
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED",

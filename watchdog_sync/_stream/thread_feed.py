@@ -25,10 +25,9 @@ from .._core.clock import Clock
 from .._core.errors import Cancelled
 from .._http.reads import READER_SOCKETS, ReaderSockets
 from .limits import StreamLimits
-from .stats import StreamStats
-from .watch import StreamWatch
+from .watch import StreamStats, StreamWatch
 
-__all__ = ["DEFAULT_MAX_BUFFERED", "READER_THREAD_NAME", "ThreadFeed", "close_quietly"]
+__all__ = ["DEFAULT_MAX_BUFFERED", "READER_THREAD_NAME", "ThreadFeed"]
 
 T = TypeVar("T")
 
@@ -101,9 +100,9 @@ class ThreadFeed(Generic[T]):
         except (Exception, Cancelled) as exc:  # handed to the consumer, who raises it
             error = exc
         finally:
-            close_quietly(iterator)  # a generator can only be closed by its own thread
+            _close_quietly(iterator)  # a generator can only be closed by its own thread
             if source is not iterator:
-                close_quietly(source)
+                _close_quietly(source)
             self._reader_exited(error, completed)
             error = None  # break the traceback -> frame -> error cycle
 
@@ -309,7 +308,7 @@ class ThreadFeed(Generic[T]):
         return self._watch.stats()
 
 
-def close_quietly(source: object) -> None:
+def _close_quietly(source: object) -> None:
     close = getattr(source, "close", None)
     if close is None:
         return

@@ -10,6 +10,7 @@ counts the items handed out, so ``stats`` read from any thread are consistent.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import math
 import operator
 import threading
@@ -22,11 +23,29 @@ from .._core.clock import Clock
 from .._core.config import ENV_IDLE_TIMEOUT
 from .._core.errors import Cancelled, StreamIdleTimeout
 from .limits import StreamLimits
-from .stats import StreamStats
 
-__all__ = ["StreamWatch"]
+__all__ = ["StreamStats", "StreamWatch"]
 
 _USED_UP: Iterator[Any] = iter(())
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamStats:
+    """What a guarded stream did so far.
+
+    Attributes:
+        items: items delivered to the consumer.
+        first_item_after: seconds from the stream's creation to the source's
+            first item, or ``None`` if none came yet.
+        lifetime: seconds from creation to the end (or to now while running).
+        ended_by: ``'completed'``, ``'idle_timeout'``, ``'deadline'``,
+            ``'cancelled'``, ``'error'``, ``'closed'``, or ``None`` while running.
+    """
+
+    items: int
+    first_item_after: Optional[float]
+    lifetime: float
+    ended_by: Optional[str]
 
 
 class StreamWatch:
