@@ -338,7 +338,7 @@ class HTTPXTransport(_Base):
         if self._limits.first is not None:
             first = max(_FLOOR, self._limits.first - (time.monotonic() - started))
         limits = StreamLimits(self._limits.idle, first, first_named=True)  # what this send has left
-        with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: read by its consumer
+        with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the one body reader
             fed = fed_events(response, method, self._lib, framer, watch, shutter, limits)
             if fed is None:
                 threaded = threaded_events(response.stream, framer, watch, h2 or shutter, limits)
