@@ -46,6 +46,7 @@ from watchdog_sync._stream.parse import parse_events
 from watchdog_sync._stream.private_session import private_session
 from watchdog_sync._stream.socket_feed import SocketFeed, socket_stream
 from watchdog_sync._stream.socket_read import KERNEL_MARGIN, SocketRead
+from watchdog_sync._stream.sse import SSEStream
 from watchdog_sync._stream.sse_feed import _http_response
 from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
 from watchdog_sync._stream.wire import EventWatch, error_event
@@ -63,6 +64,13 @@ def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> 
     stream = stream_ref()
     if stream is not None:
         stream.truncated = framer.truncated()
+
+
+def buffered_events(stream: SSEStream) -> int:
+    """How many events wait for the consumer of ``stream`` (those not from its own read)."""
+    guarded = stream._guarded
+    assert guarded is not None
+    return len(guarded._feed._pending)
 
 
 def buffered_body_events(response: Any) -> int:
@@ -99,6 +107,7 @@ __all__ = [
     "_chunks",
     "body_pieces",
     "buffered_body_events",
+    "buffered_events",
     "carried_now",
     "clip_timeout",
     "config_module",
