@@ -14,14 +14,18 @@ What is read is what requests reads: ``os.environ`` as it is at the request, so 
 that replaced it (``mock.patch.object(os, "environ", ...)``, a test's monkeypatch) routes
 like plain requests. While it is the process's own, its names are read as bytes, not
 decoded (its bytes view shares its data); a replacement's names are read as they are.
+
+:func:`proxy_urls` names the proxies a request may go through, for its secret set (a proxy's
+password is masked wherever a server may echo it).
 """
 
 from __future__ import annotations
 
 import os
 import urllib.request
+from typing import Any, List, Optional
 
-__all__ = ["may_name_a_proxy"]
+__all__ = ["may_name_a_proxy", "proxy_urls"]
 
 # Where urllib asks the system too (macOS, Windows), only its own look can tell.
 _ENVIRONMENT_ONLY = (
@@ -46,3 +50,13 @@ def may_name_a_proxy() -> bool:
     if environ is _PROCESS_ENVIRON and _PROCESS_NAMES is not None:
         return b"_proxy" in b"\0".join(_PROCESS_NAMES).lower()
     return any("_proxy" in str(name).lower() for name in environ)
+
+
+def proxy_urls(session: Optional[Any] = None) -> List[str]:
+    """The proxy URLs a request may go through: ``session``'s own (a ``requests.Session``)
+    and, unless it does not trust the environment, the environment's (none is looked for
+    when no variable can name one)."""
+    found = [url for url in getattr(session, "proxies", {}).values() if isinstance(url, str)]
+    if getattr(session, "trust_env", True) and may_name_a_proxy():
+        found += [url for url in urllib.request.getproxies().values() if isinstance(url, str)]
+    return found
