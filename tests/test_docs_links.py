@@ -53,6 +53,17 @@ def test_no_page_links_with_a_sphinx_role() -> None:
     assert not found, found[:5]
 
 
+def test_no_page_has_a_myst_target_line() -> None:
+    """A ``(label)=`` line shows as raw text on the repository page: link to the heading."""
+    found = [
+        f"{page.name}:{number}: {line.strip()}"
+        for page in PAGES
+        for number, line in prose(page)
+        if re.match(r"^\([\w-]+\)=\s*$", line)
+    ]
+    assert not found, found[:5]
+
+
 def test_every_link_to_a_page_or_heading_of_ours_resolves() -> None:
     """``[text](page.md)``, ``[text](page.md#heading)`` and ``[text](#heading)``: the page
     exists and has the heading (h1 to h3, the anchors MyST makes)."""
