@@ -27,6 +27,7 @@ from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
 from watchdog_sync._http.json_object import json_object
+from watchdog_sync._http.reads import READER_SOCKETS
 from watchdog_sync._httpx import head as head_module
 from watchdog_sync._httpx.call import request_model
 from watchdog_sync._httpx.cores import ClassLookup
@@ -136,6 +137,7 @@ __all__ = [
     "httpx_patches",
     "parse_events",
     "parse_retry_after",
+    "reader_sockets",
     "redact_module",
     "pooled_connections",
     "request_model",
@@ -160,6 +162,11 @@ __all__ = [
 
 
 watchdog_call_at = _watchdog.call_at  # the watchdog's own timer (``TimerHandle``)
+
+
+def reader_sockets() -> Any:
+    """The current guarded stream reader's registered sockets (``None`` outside one)."""
+    return READER_SOCKETS.get()
 
 
 def watchdog_lock() -> Any:

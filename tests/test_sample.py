@@ -546,8 +546,22 @@ def test_works_with_main_thread_signal_handlers_installed(isolate: Isolate) -> N
     assert fired == []
 
 
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread, as in an interactive shell: a
+    process started with SIGINT ignored (a background job, ``trap "" INT``) gets no such
+    handler from Python. Restored after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("isolate", MODES)
-def test_an_interrupt_of_the_caller_stops_the_sample(isolate: Isolate, tmp_path: Path) -> None:
+def test_an_interrupt_of_the_caller_stops_the_sample(
+    isolate: Isolate, tmp_path: Path, interruptible: None
+) -> None:
     pid_file = tmp_path / "pid"
     main = threading.get_ident()
     interrupter = threading.Thread(

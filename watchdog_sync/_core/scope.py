@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
 from .budget import Budget, _noop
 from .durations import Duration
 from .errors import Cancelled, DeadlineExceeded, OperationCancelled, WatchdogError
+from .forks import process_local
 from .redact import describe
 
 __all__ = [
@@ -32,8 +33,9 @@ __all__ = [
     "using_budget",
 ]
 
-_CURRENT: contextvars.ContextVar[Optional[Budget]] = contextvars.ContextVar(
-    "watchdog_sync_budget", default=None
+# A forked child starts outside every scope of its parent's (:mod:`.forks`).
+_CURRENT: contextvars.ContextVar[Optional[Budget]] = process_local(
+    contextvars.ContextVar("watchdog_sync_budget", default=None)
 )
 
 T = TypeVar("T")

@@ -42,6 +42,7 @@ from urllib3.util import Timeout
 
 from .._core.budget import Budget, _noop
 from .._core.clock import MONOTONIC, Timer
+from .._core.forks import process_local
 from .._core.scope import boundary
 from .resolve import is_ip_literal, resolve_bounded
 from .shutter import SocketSet
@@ -226,11 +227,12 @@ def clip_timeout(timeout: Any, remaining: float) -> Any:
     )
 
 
-ACTIVE_GUARD: contextvars.ContextVar[Optional[ConnectionGuard]] = contextvars.ContextVar(
-    "watchdog_sync_connection_guard", default=None
+# A child forked while a request is sent sends its own requests under guards of its own.
+ACTIVE_GUARD: contextvars.ContextVar[Optional[ConnectionGuard]] = process_local(
+    contextvars.ContextVar("watchdog_sync_connection_guard", default=None)
 )
-HEAD_UNTIL: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar(
-    "watchdog_sync_head_until", default=None
+HEAD_UNTIL: contextvars.ContextVar[Optional[float]] = process_local(
+    contextvars.ContextVar("watchdog_sync_head_until", default=None)
 )
 
 

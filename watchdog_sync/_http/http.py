@@ -186,7 +186,9 @@ class Session(requests.Session):
         self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
     ) -> _Settings:
         """requests' own merge, less its two scans of the environment for proxies when no
-        variable can name one (``environment.py``): the same settings, about 150 µs sooner."""
+        variable can name one (``environment.py``): the same settings, about 150 µs sooner.
+        The environment is ``os.environ`` as it is now, as requests reads it (a mapping that
+        replaced it included)."""
         if not self.trust_env or may_name_a_proxy():
             return super().merge_environment_settings(url, proxies, stream, verify, cert)
         if verify is True or verify is None:

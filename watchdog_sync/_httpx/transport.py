@@ -49,7 +49,7 @@ import logging
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from .._core import events as _events
 from .._core.budget import Budget, _noop
@@ -57,8 +57,10 @@ from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
 from .._core.errors import StreamIdleTimeout
 from .._core.events import event_fields, observed
+from .._core.redact import request_secrets
 from .._core.scope import boundary, joined_budget, using_budget
 from .._http import propagation as _propagation
+from .._http.environment import proxy_urls
 from .._retry.loop import in_retry_attempt
 from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits, stream_limits
@@ -324,9 +326,19 @@ class HTTPXTransport(_Base):
             if not _is_event_stream(response):
                 return self._bounded(response, budget, owner, release)
             may_resend = replayable and _may_resend(send, budget)
+            # Masked in an error event's error: every credential the request carried.
+            secrets = request_secrets(request.headers, str(request.url), proxy_urls())
             try:
                 return self._guarded(
-                    response, request.method, budget, owner, release, started, send, may_resend
+                    response,
+                    request.method,
+                    budget,
+                    owner,
+                    release,
+                    started,
+                    send,
+                    may_resend,
+                    secrets,
                 )
             except StreamIdleTimeout:  # raised only when it may be sent again
                 _resent(send, "no first event", budget)
@@ -365,6 +377,7 @@ class HTTPXTransport(_Base):
         started: float,
         send: int,
         may_resend: bool,
+        secrets: List[str],
     ) -> Any:
         """Guard the event stream and wait for its first event.
 
@@ -378,7 +391,7 @@ class HTTPXTransport(_Base):
         h2 = h2_stream(response, self._lib)  # HTTP/2: the stream is reset, its reader woken
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
-        watch = EventWatch()
+        watch = EventWatch(secrets)
         first = None
         if self._limits.first is not None:
             first = max(_FLOOR, self._limits.first - (time.monotonic() - started))

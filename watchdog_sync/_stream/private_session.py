@@ -18,10 +18,10 @@ a new one. A child after ``fork()`` makes its own.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Callable, Optional, Tuple
 
+from .._core.forks import on_fork_in_child
 from .._http.http import Session
 
 __all__ = ["private_session"]
@@ -86,5 +86,4 @@ def _after_fork_in_child() -> None:
     _local = threading.local()  # the parent's sessions stay the parent's
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)

@@ -26,8 +26,9 @@ from .._core.config import (
 )
 from .._core.durations import Duration
 from .._core.events import event_fields, observed
-from .._core.redact import clean_headers, header_secrets, url_secrets
+from .._core.redact import clean_headers, request_secrets
 from .._core.scope import current_budget
+from .._http.environment import proxy_urls
 from .._http.http import Session
 from .._http.translate import Translator
 from . import sse_feed
@@ -237,7 +238,9 @@ def open_sse(
         "Cache-Control": "no-cache",
     }
     request_headers.update(clean_headers(headers or {}))
-    errors = translator or Translator((*header_secrets(request_headers), *url_secrets(url)))
+    errors = translator or Translator(
+        tuple(request_secrets(request_headers, url, proxy_urls(session)))
+    )
 
     # The reader reaches the stream weakly: a stream its consumer dropped (``break``
     # without close()) is collected, and the guard then shuts the connection.

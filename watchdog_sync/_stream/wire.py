@@ -174,9 +174,10 @@ class EventWatch:
     One per stream attempt; used by one thread at a time (the one that frames).
     """
 
-    __slots__ = ("delivered", "finished", "known")
+    __slots__ = ("delivered", "finished", "known", "secrets")
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: Sequence[str] = ()) -> None:
+        self.secrets = secrets  # the request's secret set, masked in an error event's error
         self.delivered = 0  # data events handed on
         self.finished = False  # the terminal event was seen
         self.known = False  # the format is one whose terminal event we know
@@ -193,7 +194,8 @@ class EventWatch:
             if name == b"ping":
                 return False
             if name == b"error":
-                raise error_event(json_object(_field(event, b"data:") or b""), self.delivered)
+                parsed = json_object(_field(event, b"data:") or b"")
+                raise error_event(parsed, self.delivered, secrets=self.secrets)
             if name == b"message_stop" or name in _RESPONSES_END:
                 self.known = self.finished = True
             elif name in _ANTHROPIC_EVENTS or name.startswith(b"response."):
@@ -219,7 +221,7 @@ class EventWatch:
         error = parsed.get("error") if isinstance(parsed, dict) else None
         status = error.get("status") if isinstance(error, dict) else None
         if isinstance(status, str) and _GRPC_STATUS.match(status):
-            raise error_event(parsed, self.delivered)
+            raise error_event(parsed, self.delivered, secrets=self.secrets)
 
     def end(self) -> None:
         """At a clean end of the body: raise if a known format ended without finishing."""

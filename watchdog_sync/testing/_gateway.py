@@ -303,6 +303,8 @@ class FaultGateway:
     def _answer(self, conn: Connection, request: Request) -> bool:
         """Serve one request; True if the connection may carry another one."""
         path = request.target.split("?", 1)[0]
+        if path.startswith(("http://", "https://")):  # absolute form: sent as to a proxy
+            path = "/" + path.split("://", 1)[1].partition("/")[2]
         match = _ROUTE.match(path)
         gemini = None if match else _GEMINI_ROUTE.match(path)
         found = match or gemini

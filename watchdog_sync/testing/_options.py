@@ -77,6 +77,7 @@ _CHECKS: Dict[str, Callable[[str, Any], Any]] = {
     "message": _text,
     "type": _text,
     "code": _optional(_text),
+    "echo": _flag,
     "status": _count(400, 599),
     "size": _count(1),
     "piece": _count(1, _MIB),

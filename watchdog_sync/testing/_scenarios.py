@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import itertools
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
+from .._core.redact import CREDENTIAL_HEADERS
 from ._anthropic import PING
 from ._call import JSON, Call
 from ._format import APIS, frame
@@ -160,9 +162,26 @@ def _reset_mid_stream(call: Call) -> None:
     call.exchange.conn.reset()
 
 
+def _message(call: Call) -> str:
+    """The error's message; with ``echo``, followed by the credentials the request carried,
+    as a careless server quotes them back (each credential header, a ``key`` query value)."""
+    message: str = call.options["message"]
+    if not call.options["echo"]:
+        return message
+    request = call.exchange.request
+    sent = [
+        f"{value} (in {name})"
+        for name, value in request.headers.items()
+        if name.lower() in CREDENTIAL_HEADERS and name.lower() != "cookie"
+    ]
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.target).query)
+    sent += [f"{value} (in the key parameter)" for value in query.get("key", ())]
+    return f"{message} You sent {'; '.join(sent) or 'no credentials'}."
+
+
 def _error_body(call: Call) -> bytes:
     options = call.options
-    return call.render.error_body(options["message"], options["type"], options.get("code"))
+    return call.render.error_body(_message(call), options["type"], options.get("code"))
 
 
 def _http_error(call: Call) -> None:
@@ -185,7 +204,7 @@ def _error_mid_stream(call: Call) -> None:
     options = call.options
     call.open_stream()
     call.send_chunks(options["chunks"], options["interval"])
-    error = call.render.error_event(options["message"], options["type"], options.get("code"))
+    error = call.render.error_event(_message(call), options["type"], options.get("code"))
     call.send_events([error])
     call.exchange.finish()
 
@@ -291,7 +310,15 @@ def _http(
     status: int, message: str, error_type: str, code: Optional[str], **extra: Any
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(defaults, fixed) of a status scenario: the body fields are options, the status is not."""
-    defaults = {**_FAULT, **_HTTP, "message": message, "type": error_type, "code": code, **extra}
+    defaults = {
+        **_FAULT,
+        **_HTTP,
+        "message": message,
+        "type": error_type,
+        "code": code,
+        "echo": False,
+        **extra,
+    }
     return defaults, {"status": status}
 
 
