@@ -19,6 +19,7 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .internals import Activity, EventWatch, is_activity
 from .rawserver import RawServer, chunk, read_request_head
 
 pytestmark = pytest.mark.timeout(30)
@@ -78,14 +79,15 @@ def test_a_ping_only_stream_ends_at_the_idle_limit_on_every_path(
     assert len(fault_gateway.requests_seen(base)) == sends
 
 
-def test_stream_sse_hands_pings_on_in_front_of_the_next_data_event(
+def test_stream_sse_hands_anthropics_keep_alive_on_in_order(
     fault_gateway: FaultGateway,
 ) -> None:
-    """A ping is still delivered to a stream_sse consumer, with the data event after it."""
+    """A keep-alive ping is no activity, and still delivered to a stream_sse consumer."""
     base = fault_gateway.base_url("ok", api="anthropic")
     body = {"model": "m", "stream": True, "max_tokens": 8, "messages": BODY["messages"]}
     names = [e.event for e in ws.stream_sse(base + "/v1/messages", json=body, idle_timeout=5)]
-    assert names[0] == "message_start" and names[-1] == "message_stop"
+    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert names[-1] == "message_stop"
 
 
 def test_httpx2_is_the_library_under_test() -> None:
@@ -358,3 +360,84 @@ def _check_compressed(
     assert isinstance(error, kind), repr(raised)
     if reason is not None:
         assert getattr(error, "reason", None) == reason
+
+
+# -- the rules alone ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("event", "activity"),
+    [
+        (b'event: ping\ndata: {"type": "ping"}\n\n', False),  # Anthropic's keep-alive
+        (b'event: ping\ndata: {"type":"ping"}\n\n', False),  # however the JSON is spaced
+        (b'event: ping\ndata: {"tick": 1}\n\n', True),  # a generic server's: the caller's data
+        (b'event: ping\ndata: {"type": "ping", "n": 1}\n\n', True),
+        (DISGUISED, False),  # the last event: line names it
+        (b'event: ping\nevent: message\ndata: {"type": "ping"}\n\n', True),
+        (b": keep-alive\n\n", False),
+        (b"event: ping\n\n", False),
+        (b"id: 3\nretry: 10\n\n", False),
+        (b"data\n\n", True),  # a data field with an empty value
+    ],
+)
+def test_activity_is_data_other_than_anthropics_keep_alive(event: bytes, activity: bool) -> None:
+    assert is_activity(event) is activity
+    assert EventWatch().note(event) is activity
+
+
+def test_a_batch_without_activity_leaves_the_idle_clock_where_it_was() -> None:
+    """Only activity restarts it and counts as a chunk; the first wait's start is kept."""
+    activity = Activity(is_activity)
+    activity.took([KEEPALIVE], 1.0, 2.0)
+    assert (activity.chunks, activity.quiet_since) == (0, 1.0)
+    activity.took([KEEPALIVE, b": c\n\n"], 1.0, 3.0)
+    assert (activity.chunks, activity.quiet_since) == (0, 1.0)
+    activity.took([KEEPALIVE, b"data: x\n\n"], 1.0, 4.0)
+    assert (activity.chunks, activity.quiet_since) == (1, None)
+    activity.took([KEEPALIVE], None, 5.0)  # found buffered: the quiet starts now
+    assert (activity.chunks, activity.quiet_since) == (1, 5.0)
+    every = Activity()  # guard_stream over any iterator: every item is activity
+    every.took([None, None], 1.0, 2.0)
+    assert (every.chunks, every.quiet_since) == (2, None)
+
+
+def _verdict(*events: bytes) -> Optional[str]:
+    """None when the events end cleanly, else the error's reason (raised by note or end)."""
+    watch = EventWatch()
+    try:
+        for event in events:
+            watch.note(event)
+        watch.end()
+    except ws.StreamProtocolError as exc:
+        return exc.reason
+    return None
+
+
+USAGE = b'data: {"choices": [], "usage": {"total_tokens": 3}}\n\n'
+GEMINI_FUNCTION = (
+    b'data: {"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", '
+    b'"args": {"finishReason": "STOP"}}}]}}]}\n\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("events", "verdict"),
+    [
+        ((_chunk(0, "a"), _chunk(0, "", "stop")), None),
+        ((_chunk(0, "a"), _chunk(0, "", "stop"), USAGE, DONE), None),  # usage-only: fine
+        ((_chunk(0, "a"), _chunk(1, "b"), _chunk(1, "", "stop"), _chunk(0, "", "stop")), None),
+        ((DONE,), "no_finish_reason"),
+        ((_chunk(0, "a"), DONE), "no_finish_reason"),
+        ((_chunk(0, "a"), _chunk(0, "", "stop"), _chunk(1, "b")), "no_finish_reason"),
+        ((_chunk(0, "a"), _chunk(1, "b"), _chunk(0, "", "stop"), DONE), "no_finish_reason"),
+        ((_chunk(0, "a"), USAGE), "no_finish_reason"),
+        ((GEMINI_FUNCTION,), "no_finish_reason"),
+        ((GEMINI_FUNCTION, b'data: {"candidates": [{"finishReason": "STOP"}]}\n\n'), None),
+        ((b'data: {"promptFeedback": {"blockReason": "SAFETY"}}\n\n',), None),
+        ((b'data: {"text": "finish_reason"}\n\n',), None),  # no known format: no verdict
+    ],
+)
+def test_the_terminal_event_is_read_from_the_parsed_event(
+    events: Tuple[bytes, ...], verdict: Optional[str]
+) -> None:
+    assert _verdict(*events) == verdict
