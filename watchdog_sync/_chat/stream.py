@@ -164,7 +164,7 @@ class ChatStream:
                     return None  # every choice finished, then EOF without [DONE]; or close()
                 sse = self._sse
                 truncated = sse is not None and sse.truncated
-                how = "in the middle of an event" if truncated else "without [DONE]"
+                how = "in the middle of an event" if truncated else "before every choice finished"
                 raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
             if is_parsed_activity(event):  # Anthropic's keep-alive is no chunk
                 break
