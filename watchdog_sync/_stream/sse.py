@@ -168,6 +168,10 @@ def stream_sse(
     Returns:
         An :class:`SSEStream` of ``sseclient.Event`` objects.
 
+    Every event with data is yielded as soon as it is parsed, in order; Anthropic's
+    keep-alive (``event: ping``, data ``{"type": "ping"}``) is yielded too but is no
+    activity: it never restarts the idle limit.
+
     Errors (all :class:`WatchdogError`): :class:`StreamIdleTimeout` when no data
     event arrives in time (the connection is shut from outside first);
     :class:`HTTPStatusError` for a non-2xx answer (a redirect of a POST, or of any
