@@ -55,7 +55,7 @@ from watchdog_sync._stream.socket_read import KERNEL_MARGIN, SocketRead
 from watchdog_sync._stream.sse import SSEStream
 from watchdog_sync._stream.sse_feed import _http_response
 from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
-from watchdog_sync._stream.wire import EventWatch, error_event
+from watchdog_sync._stream.wire import Activity, EventWatch, error_event, is_activity
 
 
 def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> Iterator[bytes]:
@@ -111,6 +111,7 @@ __all__ = [
     "EventFramer",
     "FedChannel",
     "SocketRead",
+    "Activity",
     "EventWatch",
     "_ConnectionGuard",
     "_Loop",
@@ -150,6 +151,7 @@ __all__ = [
     "seconds_left",
     "shared_reader_lock",
     "error_event",
+    "is_activity",
     "json_object",
     "private_session",
     "suggest_idle_timeout",

@@ -64,7 +64,7 @@ def test_only_data_events_other_than_pings_are_activity(event: bytes, activity: 
     "events",
     [
         [CHUNK, FINISH],
-        [CHUNK, b"data: [DONE]\n\n"],
+        [CHUNK, FINISH, b"data: [DONE]\n\n"],
         [DELTA, STOP],
         [b"event: response.created\ndata: {}\n\n", b"event: response.completed\ndata: {}\n\n"],
         [GEMINI, GEMINI_STOP],

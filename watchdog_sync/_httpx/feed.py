@@ -12,8 +12,8 @@ reader when many bodies are open), whose framing here (:class:`_H11Framing`)
 gives each read's bytes to the connection's own h11 state (public h11 API:
 ``receive_data``, then ``next_event`` until ``NEED_DATA``; the bytes that came
 with the headers are already in h11's buffer, so h11 sees the whole body in
-order); the ``Data`` events' bytes are framed, and each data event is offered
-with the held-back comments and pings before it: byte for byte what the reader
+order); the ``Data`` events' bytes are framed, and each event is offered as soon
+as it is framed: byte for byte what the reader
 thread of :func:`~.sse.event_source` hands httpx. Any other shape (HTTP/2, TLS inside TLS, a custom transport or network
 backend, a compressed body) keeps the reader thread per stream.
 
@@ -54,7 +54,7 @@ from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits
 from .._stream.pipeline import BodyFeed
 from .._stream.stream import GuardedStream, budgets_to_watch
-from .._stream.wire import EventWatch
+from .._stream.wire import EventWatch, is_activity
 from .body import Shutter
 from .cores import ClassLookup, pooled_body
 
@@ -97,6 +97,7 @@ def fed_events(
         budgets=budgets_to_watch(None),
         explicit=None,
         on_timeout=stop,
+        active=is_activity,
     )
     return guarded, framing.close_connection
 

@@ -72,7 +72,7 @@ from .feed import fed_events
 from .head import head_phase
 from .http2 import h2_stream
 from .httpcore_hooks import bound_pool
-from .sse import threaded_events
+from .sse import decoded_here, first_events, threaded_events
 
 if TYPE_CHECKING:
     import httpx2
@@ -389,24 +389,27 @@ class HTTPXTransport(_Base):
         """
         shutter = Shutter(budget, socket_of(response))
         h2 = h2_stream(response, self._lib)  # HTTP/2: the stream is reset, its reader woken
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
-        watch = EventWatch(secrets)
+        encoding = decoded_here(response)  # a compressed body: decoded by the reader thread
+        framer = EventFramer(self._max_event_bytes)
+        watch = EventWatch(secrets=secrets)
         first = None
         if self._limits.first is not None:
             first = max(_FLOOR, self._limits.first - (time.monotonic() - started))
         limits = StreamLimits(self._limits.idle, first, first_named=True)  # what this send has left
         with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the one body reader
-            fed = fed_events(response, method, self._lib, framer, watch, shutter, limits)
+            plain = None if encoding else framer
+            fed = fed_events(response, method, self._lib, plain, watch, shutter, limits)
             if fed is None:
-                threaded = threaded_events(response.stream, framer, watch, h2 or shutter, limits)
+                threaded = threaded_events(
+                    response.stream, framer, watch, h2 or shutter, limits, encoding
+                )
                 fed = threaded, _noop
         guarded, close_connection = fed
         items = iter(guarded)
         failure: Optional[Exception] = None
         head = None
         try:
-            head = next(items, None)
+            head = first_events(items, self._max_event_bytes)
         except Exception as exc:
             guarded.close()
             close_connection()

@@ -29,6 +29,7 @@ from .._http.reads import READER_SOCKETS, ReaderSockets
 from .idle import idle_timeout_error
 from .limits import StreamLimits
 from .stats import StreamStats
+from .wire import Activity
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED",
@@ -62,6 +63,7 @@ class Channel(Generic[T]):
         on_timeout: Optional[Callable[[], object]],
         max_buffered: int,
         clock: Clock,
+        active: Optional[Callable[[T], bool]] = None,
     ) -> None:
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
@@ -98,6 +100,8 @@ class Channel(Generic[T]):
         self._ended_at: Optional[float] = None
         self._first_at: Optional[float] = None
         self._taken = 0  # items in the batches before the current one (consumer's own)
+        # Which of them were activity, and since when only items that are not came.
+        self._activity = Activity(active)
         # (items before, batch size, the batch's countdown): one tuple, so that stats
         # read from another thread see a consistent triple.
         self._current: Tuple[int, List[T], Iterator[T]] = (0, [], iter(()))
@@ -227,7 +231,7 @@ class Channel(Generic[T]):
         (converted when the explicit budget owns it).
         """
         self._begin_batch()
-        return self._batch_after(None)
+        return self._batch_after(self._activity.quiet_since)
 
     def _begin_batch(self) -> None:
         """The previous batch is used up (the chain only asks then): count it as taken."""
@@ -279,6 +283,7 @@ class Channel(Generic[T]):
                         self._room_again()
                     items = iter(batch)
                     self._current = (self._taken, batch, items)
+                    self._activity.took(batch, wait_from, now)
                     return items, wait_from
                 if self._reader_done:
                     return None, wait_from
@@ -307,7 +312,7 @@ class Channel(Generic[T]):
 
     def _idle_left(self, wait_from: float, now: float) -> float:
         """Seconds until the idle (or first-item) limit; ``inf`` when disabled."""
-        if self._taken == 0:
+        if self._activity.chunks == 0:
             return math.inf if self._first is None else self._created + self._first - now
         return math.inf if self._idle is None else wait_from + self._idle - now
 
@@ -346,7 +351,7 @@ class Channel(Generic[T]):
 
     def _end_by_idle(self, wait_from: Optional[float]) -> None:
         now = self._now()
-        first_phase = self._taken == 0
+        first_phase = self._activity.chunks == 0
         limit = self._first if first_phase else self._idle
         assert limit is not None and wait_from is not None
         waited = now - (self._created if first_phase else wait_from)
@@ -356,7 +361,7 @@ class Channel(Generic[T]):
             first_named=self._first_named,
             waited=waited,
             limit=limit,
-            chunks=self._taken,
+            chunks=self._activity.chunks,
             lifetime=now - self._created,
             stage=self._stage,
         )

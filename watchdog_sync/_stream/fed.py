@@ -73,7 +73,7 @@ class FedChannel(Channel[T]):
             self._begin_batch()
             body = self._body
             if body is None or self._buf or self._first_at is None:
-                return self._batch_after(None)
+                return self._batch_after(self._activity.quiet_since)
             batch, wait_from = self._pulled(body)
             return batch if batch is not None else self._batch_after(wait_from)
         finally:
@@ -100,10 +100,12 @@ class FedChannel(Channel[T]):
         decides then, its idle wait counted from ``wait_from``.
         """
         now = self._now()
-        timeout = min(self._idle_left(now, now), self._deadline - now)  # <= 0: at the deadline
+        quiet = self._activity.quiet_since
+        wait_from = now if quiet is None else quiet
+        timeout = min(self._idle_left(wait_from, now), self._deadline - now)  # <= 0: deadline
         with self._lock:
             if timeout <= 0 or self._stopping or self._budget_ended or self._body is not body:
-                return None, None
+                return None, quiet
             self._reading = True
         items: List[T] = []
         try:
@@ -115,14 +117,15 @@ class FedChannel(Channel[T]):
                 if not delivered:
                     self._buf.extend(items)  # for the channel's wait: it delivers or drops them
         if not delivered:
-            return None, now
+            return None, wait_from
         batch = iter(items)
         self._current = (self._taken, items, batch)
-        return batch, now
+        self._activity.took(items, wait_from, self._now())
+        return batch, wait_from
 
     def first_item_left(self) -> Optional[float]:
         """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
-        if self._first is None or self._taken:
+        if self._first is None or self._activity.chunks:
             return None
         return self._created + self._first - self._now()
 
@@ -257,7 +260,9 @@ def fed_stream(
     on_timeout: Optional[Callable[[], object]],
     max_buffered: int = DEFAULT_MAX_BUFFERED,
     clock: Clock = MONOTONIC,
+    active: Optional[Callable[[T], bool]] = None,
 ) -> GuardedStream[T]:
+    """``active`` tells the items that restart the idle clock (``None``: every one does)."""
     channel: FedChannel[T] = FedChannel(
         opener,
         limits=limits,
@@ -266,5 +271,6 @@ def fed_stream(
         on_timeout=on_timeout,
         max_buffered=max_buffered,
         clock=clock,
+        active=active,
     )
     return started(channel, channel.start_fed)

@@ -4,8 +4,8 @@ Every socket-backed event stream (``stream_sse`` and ``ChatClient`` over
 http.client, the httpx transport's HTTP/1.1 streams over h11) is read by one
 :class:`BodyFeed`. Each read goes the same way: the body's :class:`Framing`
 turns it into payload bytes, the :class:`~.framing.EventFramer` splits and
-bounds the events, the stream rules' :class:`~.wire.Gate` holds back what is
-not activity, ``parse`` makes the items the stream hands on, and the channel
+bounds the events, the stream rules' :class:`~.wire.Gate` reads each of them,
+``parse`` makes the items the stream hands on, and the channel
 gets them. What differs between the two HTTP stacks is only the
 :class:`Framing`: how bytes become payload, how the body may end, and how its
 connection is let go.

@@ -5,8 +5,8 @@ headers, the consumer's thread reads the socket itself, each read bounded by
 its wait (once the process is busy, the one shared reader, ``engine.py``,
 reads them all), and decodes, frames and parses the events (``sse_feed.py``,
 ``pipeline.py``): the consumer only receives finished ``sseclient.Event`` objects. Only events with data count as
-activity; SSE comments (``: keep-alive``) and data-less events do not, so a
-gateway that only pings still times out.
+activity (the stream rules, ``wire.py``); SSE comments (``: keep-alive``), data-less
+events and Anthropic's keep-alive do not, so a gateway that only pings still times out.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .fed import fed_stream
 from .framing import EventFramer
 from .limits import StreamLimits, stream_limits
 from .stream import GuardedStream, StreamStats, budgets_to_watch
+from .wire import is_parsed_activity
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "open_sse", "stream_sse"]
 
@@ -168,6 +169,10 @@ def stream_sse(
     Returns:
         An :class:`SSEStream` of ``sseclient.Event`` objects.
 
+    Every event with data is yielded as soon as it is parsed, in order; Anthropic's
+    keep-alive (``event: ping``, data ``{"type": "ping"}``) is yielded too but is no
+    activity: it never restarts the idle limit.
+
     Errors (all :class:`WatchdogError`): :class:`StreamIdleTimeout` when no data
     event arrives in time (the connection is shut from outside first);
     :class:`HTTPStatusError` for a non-2xx answer (a redirect of a POST, or of any
@@ -276,6 +281,7 @@ def open_sse(
                 budgets=budgets_to_watch(budget),
                 explicit=budget,
                 on_timeout=stop,
+                active=is_parsed_activity,
             )
     except BaseException as exc:
         if mark is not None:

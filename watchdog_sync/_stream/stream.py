@@ -227,8 +227,12 @@ def guard_source(
     budget: Optional[Budget] = None,
     max_buffered: int = DEFAULT_MAX_BUFFERED,
     clock: Clock = MONOTONIC,
+    active: Optional[Callable[[T], bool]] = None,
 ) -> GuardedStream[T]:
-    """:func:`guard_stream` below the public edge: the arguments checked, the limits resolved."""
+    """:func:`guard_stream` below the public edge: the arguments checked, the limits resolved.
+
+    ``active`` tells the items that restart the idle clock (``None``: every one does).
+    """
     channel: Channel[T] = Channel(
         limits=limits,
         budgets=budgets_to_watch(budget),
@@ -236,6 +240,7 @@ def guard_source(
         on_timeout=on_timeout,
         max_buffered=max_buffered,
         clock=clock,
+        active=active,
     )
     return started(channel, lambda: channel.start(source, iterator))
 
