@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 import requests
@@ -23,11 +23,14 @@ STARTUP_SECONDS = 10.0  # a cold interpreter start on a loaded 2-core machine
 
 
 def read_urls(
-    proc: subprocess.Popen[bytes], anthropic: Optional[Dict[str, str]] = None
+    proc: subprocess.Popen[bytes],
+    anthropic: Optional[Dict[str, str]] = None,
+    printed: Optional[List[str]] = None,
 ) -> Dict[str, str]:
     """Read the command's output until every scenario's URL is printed (bounded).
 
-    Returns the OpenAI base URLs; fills ``anthropic`` with the Anthropic ones.
+    Returns the OpenAI base URLs; fills ``anthropic`` with the Anthropic ones and
+    ``printed`` with every line read.
     """
     assert proc.stdout is not None
     wanted = set(FaultGateway.scenarios())
@@ -47,6 +50,8 @@ def read_urls(
                 urls[fields[0]] = fields[1]
                 if anthropic is not None and len(fields) >= 3 and fields[2].startswith("http://"):
                     anthropic[fields[0]] = fields[2]
+    if printed is not None:
+        printed.extend(buffer.decode().splitlines())
     return urls
 
 
@@ -99,6 +104,24 @@ def test_gateway_command_prints_an_anthropic_url_per_scenario(
         timeout=(2, 2),
     )
     assert response.content.rstrip().endswith(b'data: {"type":"message_stop"}')
+    command.send_signal(signal.SIGTERM)
+    assert command.wait(5) == 0
+
+
+def test_gateway_command_lists_and_serves_the_legacy_completions_route(
+    command: subprocess.Popen[bytes],
+) -> None:
+    printed: List[str] = []
+    urls = read_urls(command, printed=printed)
+    assert any("{base_url}/completions" in line for line in printed[:3])
+    response = requests.post(
+        urls["ok"] + "/completions",
+        json={"prompt": "hi", "stream": True},
+        headers={"Connection": "close"},
+        timeout=(2, 2),
+    )
+    assert b'"object":"text_completion"' in response.content
+    assert response.content.rstrip().endswith(b"data: [DONE]")
     command.send_signal(signal.SIGTERM)
     assert command.wait(5) == 0
 

@@ -64,7 +64,8 @@ def _gateway(args: argparse.Namespace) -> int:
     try:
         print(f"FaultGateway on {gateway.url} (Ctrl-C to stop)", flush=True)
         print(
-            "one base_url per scenario: OpenAI (POST {base_url}/chat/completions), then "
+            "one base_url per scenario: OpenAI (POST {base_url}/chat/completions, or "
+            "{base_url}/completions for legacy text completions), then "
             "Anthropic (POST {base_url}/v1/messages):",
             flush=True,
         )
