@@ -161,6 +161,13 @@ def deadline(
     ended; a negative value is a ``ValueError`` (a budget's limit is never
     "off" by being <= 0, unlike an idle limit); more than 7 days is clamped.
 
+    Late work is never a success: a block that ends normally after this
+    scope's deadline (nothing inside was interrupted: a ``time.sleep``, pure
+    CPU, a client the library does not bound) raises
+    :class:`DeadlineExceeded` on exit all the same. A block that raises keeps
+    its own exception; when an outer scope's deadline passed first, leaving
+    this one is that scope's business, and it raises on its own exit.
+
     Example::
 
         with deadline(10, stage="sample") as budget:
@@ -169,6 +176,34 @@ def deadline(
     budget = current_child(timeout, stage=stage)
     with boundary(budget):
         yield budget
+    late = _late_error(budget)
+    if late is not None:
+        raise late
+
+
+def _late_error(budget: Budget) -> Optional[DeadlineExceeded]:
+    """The error for leaving ``budget``'s scope normally after its own deadline, or None.
+
+    None when the budget is live, was cancelled, or ended because an ancestor
+    ended first (that ancestor's scope answers for it).
+    """
+    cause = budget.end_cause()
+    if cause is None or cause[0] is not budget or cause[1] != "deadline_exceeded":
+        return None
+    elapsed = budget.elapsed()
+    where = f" in stage {budget.stage!r}" if budget.stage else ""
+    total = "" if budget.deadline is None else f" of {budget.deadline - budget.started:.2f}s"
+    return DeadlineExceeded(
+        f"deadline{total} exceeded{where}: the block ended after {elapsed:.2f}s and nothing "
+        "inside was interrupted (nothing inside could be: a time.sleep, pure CPU, or a client "
+        "the library does not bound; or an interruption was caught and swallowed inside), so "
+        "its late result is not a success. To bound such "
+        "code: instrument(sockets=True) for sockets the library does not own, "
+        "run_sample(..., isolate='process') for code that cannot be interrupted",
+        stage=budget.stage,
+        elapsed=elapsed,
+        remaining=0.0,
+    )
 
 
 def joined_budget(
