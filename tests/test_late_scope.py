@@ -27,6 +27,7 @@ def test_a_sleep_past_the_deadline_raises_on_leaving_the_scope() -> None:
     error = info.value
     assert error.stage == "sample" and error.elapsed is not None and error.elapsed >= 0.4
     assert error.attempts == 0 and error.last_error is None and error.remaining == 0.0
+    assert error.phase is None
     message = str(error)
     assert "nothing inside was interrupted" in message
     assert "instrument(sockets=True)" in message and "isolate='process'" in message

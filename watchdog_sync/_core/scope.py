@@ -77,20 +77,26 @@ def error_for(
     last_error: Optional[BaseException] = None,
     request_id: Optional[str] = None,
 ) -> WatchdogError:
-    """The public error for a ``Cancelled`` leaving the scope that owns its budget."""
+    """The public error for a ``Cancelled`` leaving the scope that owns its budget.
+
+    The ``Cancelled``'s ``phase`` becomes the error's, and its ``progress`` (how far
+    the interrupted work got) goes into the message.
+    """
     ended = exc.budget
     stage = stage or ended.stage
     elapsed = ended.elapsed()
     where = f" in stage {stage!r}" if stage else ""
     tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
     last = f"; last error: {describe(last_error)}" if last_error else ""
+    progress = f" ({exc.progress})" if exc.progress else ""
     if exc.reason == "deadline_exceeded":
         total = "" if ended.deadline is None else f" of {ended.deadline - ended.started:.2f}s"
         return DeadlineExceeded(
-            f"deadline{total} exceeded{where} after {elapsed:.2f}s{tried}{last}; "
+            f"deadline{total} exceeded{where} after {elapsed:.2f}s{progress}{tried}{last}; "
             "give the call a larger timeout (timeout=..., deadline(...)) if the work needs it",
             attempts=attempts,
             last_error=last_error,
+            phase=exc.phase,
             stage=stage,
             elapsed=elapsed,
             remaining=0.0,

@@ -21,6 +21,7 @@ from .._core.budget import Budget
 from .._core.calls import CallMark
 from .._core.errors import Cancelled, DeadlineExceeded, RetryExhausted, WatchdogError
 from .._core.events import Event, emit, event_fields
+from .._core.phase import in_phase
 from .._core.redact import describe
 from .attempt import Attempt
 from .budget import RetryBudget
@@ -242,7 +243,8 @@ class _Loop:
             self._emit("give_up", reason="retry_budget_exhausted")
             raise self._refused(error, retry_budget) from error
         self._emit("backoff", reason=info.reason, delay_ms=delay * 1000.0)
-        self.budget.sleep(delay)
+        with in_phase("backoff"):
+            self.budget.sleep(delay)
 
     def _exhausted(self, error: Exception) -> RetryExhausted:
         return RetryExhausted(
@@ -275,6 +277,7 @@ class _Loop:
             "Give the call a larger timeout (timeout=..., deadline(...)) if the work needs it",
             attempts=self.attempts,
             last_error=error,
+            phase="backoff",
             **self._fields(),
         )
 

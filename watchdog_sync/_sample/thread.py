@@ -173,6 +173,7 @@ def run_in_thread(
             note=f"worker thread {worker.thread.name!r} could not be interrupted and was "
             "abandoned (use isolate='process' to have such samples killed)",
             abandoned=True,
+            phase="wait",
         )
     stop_if_outer(budget, worker.cause)
     return settle(worker.cause, returned=worker.returned, value=worker.value, error=worker.error)
