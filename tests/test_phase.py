@@ -93,15 +93,20 @@ def test_a_request_body_the_server_never_reads_is_phase_send(session: ws.Session
     assert "while sending the request" in str(error)
 
 
-def test_instrumented_requests_say_where_they_were(fault_gateway: FaultGateway) -> None:
-    base = fault_gateway.base_url("no_headers")
+@pytest.mark.parametrize(("scenario", "phase"), [("no_headers", "head"), ("slow_drip", "body")])
+def test_instrumented_requests_say_where_they_were(
+    fault_gateway: FaultGateway, scenario: str, phase: str
+) -> None:
+    """Plain requests after instrument(): a server that never answers and one that drips
+    its body are told apart (they raised the same error before)."""
+    base = fault_gateway.base_url(scenario, **({"interval": 0.05} if phase == "body" else {}))
     undo = ws.instrument()
     try:
         with pytest.raises(ws.DeadlineExceeded) as info, ws.deadline(LIMIT):
             requests.post(base + "/chat/completions", json=CHAT, headers={"Connection": "close"})
     finally:
         undo()
-    assert info.value.phase == "head"
+    assert info.value.phase == phase
 
 
 def test_a_retry_whose_next_wait_would_pass_the_deadline_is_phase_backoff() -> None:
