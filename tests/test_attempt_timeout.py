@@ -147,8 +147,9 @@ def test_chat_complete_slow_drip_is_retried_and_ends_within_the_budget(
         client.complete(MESSAGES)
     assert time.monotonic() - started < 2.0 + SLACK
     assert info.value.attempts >= 3
-    assert isinstance(info.value.last_error, ws.OperationTimeout)
-    assert info.value.last_error.reason == "attempt_timeout"
+    last = info.value.last_error
+    assert isinstance(last, ws.OperationTimeout) and last.reason == "attempt_timeout"
+    assert last.phase == "body" and "after the head" in str(last)  # where the attempt was
     assert len(fault_gateway.requests_seen(base)) == info.value.attempts
 
 
@@ -211,3 +212,14 @@ def test_retry_call_around_requests_on_a_session_is_bounded_per_attempt(
     assert body["object"] == "chat.completion"
     failed = [e for e in events if e.event == "attempt_failed"]
     assert [e.reason for e in failed] == ["attempt_timeout"]
+
+
+def test_an_attempt_timeout_says_where_its_request_was(fault_gateway: FaultGateway) -> None:
+    base = fault_gateway.base_url("no_headers")
+    policy = ws.RetryPolicy(max_attempts=2, initial_backoff=0.0, attempt_timeout=0.3)
+    with ws.Session() as session, pytest.raises(ws.RetryExhausted) as info, ws.deadline(BUDGET):
+        ws.retry_call(session.post, base + "/chat/completions", json={}, policy=policy)
+    last = info.value.last_error
+    assert isinstance(last, ws.OperationTimeout) and last.phase == "head"
+    assert "waiting" in str(last) and "for the head" in str(last)
+    assert ws.classify(last).phase == "head"

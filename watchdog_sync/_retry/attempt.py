@@ -73,7 +73,7 @@ class Attempt:
         late = self._finish()
         if isinstance(exc, Cancelled):
             if exc.budget is self.budget and exc.reason == ATTEMPT_TIMEOUT:
-                raise self._error() from None
+                raise self._error(exc.phase, exc.progress) from None
             return  # the call's end, or an outer scope's: theirs to convert
         if exc is None and late:
             raise self._error()
@@ -106,15 +106,20 @@ class Attempt:
         cause = timer.end_cause()
         return cause is not None and cause[0] is timer
 
-    def _error(self) -> OperationTimeout:
+    def _error(
+        self, phase: Optional[str] = None, progress: Optional[str] = None
+    ) -> OperationTimeout:
+        """The attempt's failure; ``phase`` and ``progress``: where its I/O was, if it said."""
         assert self._limit is not None
         left = self._call.remaining()
         where = f" in stage {self._stage!r}" if self._stage else ""
+        how = f" ({progress})" if progress else ""
         return OperationTimeout(
-            f"attempt {self._number}{where} reached its attempt_timeout of {self._limit:.2f}s "
-            f"({left:.2f}s of the call's budget left); it is retried if the policy allows "
+            f"attempt {self._number}{where} reached its attempt_timeout of {self._limit:.2f}s"
+            f"{how}; {left:.2f}s of the call's budget left: it is retried if the policy allows "
             "and time remains",
             reason=ATTEMPT_TIMEOUT,
+            phase=phase,
             retryable=True,
             stage=self._stage,
             attempt=self._number,
