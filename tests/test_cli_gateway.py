@@ -26,10 +26,12 @@ def read_urls(
     proc: subprocess.Popen[bytes],
     anthropic: Optional[Dict[str, str]] = None,
     gemini: Optional[Dict[str, str]] = None,
+    printed: Optional[List[str]] = None,
 ) -> Dict[str, str]:
     """Read the command's output until every scenario's URL is printed (bounded).
 
-    Returns the OpenAI base URLs; fills ``anthropic`` and ``gemini`` with the others.
+    Returns the OpenAI base URLs; fills ``anthropic`` and ``gemini`` with the others and
+    ``printed`` with every line read.
     """
     assert proc.stdout is not None
     wanted = set(FaultGateway.scenarios())
@@ -51,6 +53,8 @@ def read_urls(
                     url = fields[column] if len(fields) > column else ""
                     if found is not None and url.startswith("http://"):
                         found[fields[0]] = url
+    if printed is not None:
+        printed.extend(buffer.decode().splitlines())
     return urls
 
 
@@ -121,6 +125,24 @@ def test_gateway_command_prints_a_gemini_url_per_scenario(
         timeout=(2, 2),
     )
     assert b'"finishReason":"STOP"' in response.content.replace(b" ", b"")
+    command.send_signal(signal.SIGTERM)
+    assert command.wait(5) == 0
+
+
+def test_gateway_command_lists_and_serves_the_legacy_completions_route(
+    command: subprocess.Popen[bytes],
+) -> None:
+    printed: List[str] = []
+    urls = read_urls(command, printed=printed)
+    assert any("{base_url}/completions" in line for line in printed[:3])
+    response = requests.post(
+        urls["ok"] + "/completions",
+        json={"prompt": "hi", "stream": True},
+        headers={"Connection": "close"},
+        timeout=(2, 2),
+    )
+    assert b'"object":"text_completion"' in response.content
+    assert response.content.rstrip().endswith(b"data: [DONE]")
     command.send_signal(signal.SIGTERM)
     assert command.wait(5) == 0
 

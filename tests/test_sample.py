@@ -400,6 +400,7 @@ def test_uninterruptible_thread_sample_is_abandoned_reported_and_counted(
         result = run_sample(stuck_until, release, timeout=0.5)
         assert (result.ok, result.reason, result.abandoned) == (False, "deadline_exceeded", True)
         assert isinstance(result.error, DeadlineExceeded)
+        assert result.error.phase == "wait"  # the caller's wait for the worker ended it
         assert "abandoned" in str(result.error)
         assert 0.5 <= result.elapsed <= 0.5 + 0.1
         assert abandoned_workers() == before + 1
@@ -428,6 +429,7 @@ def test_uninterruptible_process_sample_is_killed_and_reaped(tmp_path: Path) -> 
     result = run_sample(sleep_after_writing_pid, str(pid_file), timeout=1, isolate="process")
     assert (result.ok, result.reason, result.abandoned) == (False, "deadline_exceeded", False)
     assert isinstance(result.error, DeadlineExceeded)
+    assert result.error.phase == "wait"
     assert 1.0 <= result.elapsed <= INCIDENT_BOUND
     assert process_is_gone(int(pid_file.read_text()))
 

@@ -28,7 +28,7 @@ _DESCRIPTION = (
     "real streaming endpoint (probe)."
 )
 _APIS = (
-    ("OpenAI", "openai", "POST {base_url}/chat/completions"),
+    ("OpenAI", "openai", "POST {base_url}/chat/completions or {base_url}/completions"),
     ("Anthropic", "anthropic", "POST {base_url}/v1/messages"),
     ("Gemini", "gemini", "POST {base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"),
 )

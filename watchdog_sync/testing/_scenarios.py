@@ -21,7 +21,7 @@ from ._call import JSON, Call
 from ._format import APIS, frame
 from ._options import check_options
 
-__all__ = ["Scenario", "describe", "resolve", "run_ok"]
+__all__ = ["Scenario", "describe", "faults", "resolve", "run_ok"]
 
 _KEEPALIVE = b": keep-alive\n\n"
 _MARKER = "\x00MARK\x00"
@@ -299,7 +299,7 @@ def _oversized_event(call: Call) -> None:
 
 
 _COMMON: Dict[str, Any] = {"framing": "chunked", "text": DEFAULT_TEXT, "usage": True}
-_FAULT: Dict[str, Any] = {**_COMMON, "fail_first": None}
+_FAULT: Dict[str, Any] = {**_COMMON, "fail_first": None, "fault_on": None}
 _CHUNKS = {"chunks": 2, "interval": 0.02}
 _HTTP = {"retry_after": None, "retry_after_ms": None}
 _HEAD_DRIP = {"interval": 0.3, "duration": 60.0}  # a head that never ends, for a minute at most
@@ -443,6 +443,20 @@ def describe() -> Dict[str, str]:
     return {name: scenario.summary for name, scenario in _SCENARIOS.items()}
 
 
+def faults(scenario: Scenario, options: Mapping[str, Any], attempt: int) -> bool:
+    """Whether request number ``attempt`` (1-based) of a route gets the fault, not ``ok``.
+
+    ``fault_on``: only the listed requests; else ``fail_first``: the first N; else all.
+    """
+    if scenario.name == "ok":
+        return False
+    fault_on = options.get("fault_on")
+    if fault_on is not None:
+        return attempt in fault_on
+    fail_first = options.get("fail_first")
+    return fail_first is None or attempt <= fail_first
+
+
 def _defaults(scenario: Scenario, api: str) -> Dict[str, Any]:
     """The options ``scenario`` accepts in ``api``, with their defaults."""
     defaults = dict(scenario.defaults)
@@ -461,8 +475,10 @@ def resolve(
     """Check a scenario name, the API and the options.
 
     Returns the scenario, its resolved options (fixed settings included) and
-    the options of the ``ok`` behaviour used once ``fail_first`` is reached.
-    Raises ``ValueError`` listing the valid names, APIs or options,
+    the options of the ``ok`` behaviour used once ``fail_first`` is reached (or
+    on the requests ``fault_on`` does not list). Raises ``ValueError`` listing
+    the valid names, APIs or options, or when ``fail_first`` and ``fault_on``
+    are both given,
     ``TypeError`` / ``ValueError`` for a bad option value.
     """
     if not isinstance(name, str):
@@ -472,7 +488,14 @@ def resolve(
     scenario = _SCENARIOS.get(name)
     if scenario is None:
         raise ValueError(f"unknown scenario {name!r}; valid scenarios: {', '.join(_SCENARIOS)}")
+    if given.get("fail_first") is not None and given.get("fault_on") is not None:
+        raise ValueError(
+            "give fail_first (the first N requests misbehave) or fault_on (the listed "
+            "requests misbehave), not both"
+        )
     options = check_options(name, _defaults(scenario, api), given)
+    if options.get("fault_on") is not None:
+        options["fail_first"] = None  # a scenario's own fail_first (silent_then_ok) gives way
     if name == "ok":
         return scenario, options, options
     base = _SCENARIOS["ok"].defaults
