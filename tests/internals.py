@@ -25,6 +25,7 @@ from watchdog_sync._http.guard import GUARD_ATTR as _GUARD_ATTR
 from watchdog_sync._http.guard import ConnectionGuard as _ConnectionGuard
 from watchdog_sync._http.guard import clip_timeout
 from watchdog_sync._http.json_object import json_object
+from watchdog_sync._http.reads import READER_SOCKETS
 from watchdog_sync._httpx import head as head_module
 from watchdog_sync._httpx.call import request_model
 from watchdog_sync._httpx.cores import ClassLookup
@@ -49,7 +50,7 @@ from watchdog_sync._stream.socket_read import KERNEL_MARGIN, SocketRead
 from watchdog_sync._stream.sse import SSEStream
 from watchdog_sync._stream.sse_feed import _http_response
 from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
-from watchdog_sync._stream.wire import EventWatch, error_event
+from watchdog_sync._stream.wire import Activity, EventWatch, error_event, is_activity
 
 
 def _chunks(response: Any, framer: EventFramer, stream_ref: Any, abort: Any) -> Iterator[bytes]:
@@ -101,6 +102,7 @@ __all__ = [
     "EventFramer",
     "SocketFeed",
     "SocketRead",
+    "Activity",
     "EventWatch",
     "_ConnectionGuard",
     "_Loop",
@@ -126,6 +128,7 @@ __all__ = [
     "httpx_patches",
     "parse_events",
     "parse_retry_after",
+    "reader_sockets",
     "redact_module",
     "pooled_connections",
     "request_model",
@@ -137,6 +140,7 @@ __all__ = [
     "watchdog_lock",
     "seconds_left",
     "error_event",
+    "is_activity",
     "json_object",
     "private_session",
     "suggest_idle_timeout",
@@ -149,6 +153,11 @@ __all__ = [
 
 
 watchdog_call_at = _watchdog.call_at  # the watchdog's own timer (``TimerHandle``)
+
+
+def reader_sockets() -> Any:
+    """The current guarded stream reader's registered sockets (``None`` outside one)."""
+    return READER_SOCKETS.get()
 
 
 def watchdog_lock() -> Any:

@@ -266,6 +266,7 @@ def test_get_inside_a_scope_ends_at_the_deadline_with_deadline_exceeded(waiting:
 
     error, ended = _raised(wait)
     assert isinstance(error, DeadlineExceeded), repr(error)
+    assert error.phase == "wait"
     assert 0.28 <= ended < 0.8
 
 
@@ -321,6 +322,7 @@ def test_waiting_for_a_set_of_results_inside_a_scope_ends_at_the_deadline(
 
     error, ended = _raised(wait)
     assert isinstance(error, DeadlineExceeded), repr(error)
+    assert error.phase == "wait"
     assert 0.18 <= ended < 0.7
 
 

@@ -392,11 +392,11 @@ DONE = b"data: [DONE]\n\n"
 @pytest.mark.parametrize(
     ("pieces", "framing"),
     [
-        ((HELLO, LO, DONE), "chunked"),  # [DONE] without a finish_reason: a normal end
+        ((HELLO, LO, STOP, DONE), "chunked"),  # a finish_reason, then [DONE]
         ((HELLO, LO, STOP), "chunked"),  # a finish_reason, then EOF without [DONE]
         ((HELLO, LO, STOP, DONE), "close"),
     ],
-    ids=["done-without-finish", "finish-then-eof", "close-delimited"],
+    ids=["finish-then-done", "finish-then-eof", "close-delimited"],
 )
 def test_a_stream_ends_normally_on_done_or_on_eof_after_a_finish_reason(
     make_client: MakeClient, pieces: tuple, framing: str
@@ -407,7 +407,7 @@ def test_a_stream_ends_normally_on_done_or_on_eof_after_a_finish_reason(
         drain(stream, got)
     assert stream.text == "Hello"
     assert len(got) == len([p for p in pieces if p != DONE])
-    assert stream.finish_reason == (None if STOP not in pieces else "stop")
+    assert stream.finish_reason == "stop"
 
 
 def test_a_finished_stream_the_server_keeps_open_ends_normally_after_idle(

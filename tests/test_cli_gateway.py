@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 import requests
@@ -23,11 +23,15 @@ STARTUP_SECONDS = 10.0  # a cold interpreter start on a loaded 2-core machine
 
 
 def read_urls(
-    proc: subprocess.Popen[bytes], anthropic: Optional[Dict[str, str]] = None
+    proc: subprocess.Popen[bytes],
+    anthropic: Optional[Dict[str, str]] = None,
+    gemini: Optional[Dict[str, str]] = None,
+    printed: Optional[List[str]] = None,
 ) -> Dict[str, str]:
     """Read the command's output until every scenario's URL is printed (bounded).
 
-    Returns the OpenAI base URLs; fills ``anthropic`` with the Anthropic ones.
+    Returns the OpenAI base URLs; fills ``anthropic`` and ``gemini`` with the others and
+    ``printed`` with every line read.
     """
     assert proc.stdout is not None
     wanted = set(FaultGateway.scenarios())
@@ -45,8 +49,12 @@ def read_urls(
             fields = line.split()
             if len(fields) >= 2 and fields[0] in wanted and fields[1].startswith("http://"):
                 urls[fields[0]] = fields[1]
-                if anthropic is not None and len(fields) >= 3 and fields[2].startswith("http://"):
-                    anthropic[fields[0]] = fields[2]
+                for column, found in ((2, anthropic), (3, gemini)):
+                    url = fields[column] if len(fields) > column else ""
+                    if found is not None and url.startswith("http://"):
+                        found[fields[0]] = url
+    if printed is not None:
+        printed.extend(buffer.decode().splitlines())
     return urls
 
 
@@ -103,6 +111,42 @@ def test_gateway_command_prints_an_anthropic_url_per_scenario(
     assert command.wait(5) == 0
 
 
+def test_gateway_command_prints_a_gemini_url_per_scenario(
+    command: subprocess.Popen[bytes],
+) -> None:
+    """The third URL of each scenario speaks the Gemini API (google-genai's base_url)."""
+    gemini: Dict[str, str] = {}
+    urls = read_urls(command, gemini=gemini)
+    assert set(gemini) == set(urls)
+    response = requests.post(
+        gemini["ok"] + "/v1beta/models/any:streamGenerateContent?alt=sse",
+        json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        headers={"Connection": "close"},
+        timeout=(2, 2),
+    )
+    assert b'"finishReason":"STOP"' in response.content.replace(b" ", b"")
+    command.send_signal(signal.SIGTERM)
+    assert command.wait(5) == 0
+
+
+def test_gateway_command_lists_and_serves_the_legacy_completions_route(
+    command: subprocess.Popen[bytes],
+) -> None:
+    printed: List[str] = []
+    urls = read_urls(command, printed=printed)
+    assert any("{base_url}/completions" in line for line in printed[:3])
+    response = requests.post(
+        urls["ok"] + "/completions",
+        json={"prompt": "hi", "stream": True},
+        headers={"Connection": "close"},
+        timeout=(2, 2),
+    )
+    assert b'"object":"text_completion"' in response.content
+    assert response.content.rstrip().endswith(b"data: [DONE]")
+    command.send_signal(signal.SIGTERM)
+    assert command.wait(5) == 0
+
+
 def test_gateway_command_stops_on_sigterm_while_holding_a_connection(
     command: subprocess.Popen[bytes],
 ) -> None:
@@ -149,3 +193,19 @@ def test_gateway_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> N
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "--port" in out and "--host" in out and "SIGTERM" in out
+    assert all(api in " ".join(out.split()) for api in ("OpenAI", "Anthropic", "Gemini"))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["probe", "--help"]])
+def test_the_help_is_plain_text_and_names_every_api(
+    capsys: pytest.CaptureFixture[str], argv: List[str]
+) -> None:
+    """--help shows no reStructuredText markup; the command's names every gateway API."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and ":class:" not in out
+    if argv == ["--help"]:
+        text = " ".join(out.split())
+        assert all(api in text for api in ("OpenAI", "Anthropic", "Gemini"))

@@ -22,14 +22,21 @@ _BASE = dict(stage="s", attempt=2, elapsed=1.5, remaining=0.25, request_id="req-
 EXAMPLES = [
     ws.WatchdogError("root", reason="custom", retryable=True, **_BASE),
     ws.DeadlineExceeded(
-        "deadline", attempts=3, last_error=ValueError("x"), reason="r", retryable=True, **_BASE
+        "deadline",
+        attempts=3,
+        last_error=ValueError("x"),
+        phase="body",
+        reason="r",
+        retryable=True,
+        **_BASE,
     ),
-    ws.OperationTimeout("cap", reason="connect_timeout", retryable=False, **_BASE),
+    ws.OperationTimeout("cap", reason="connect_timeout", phase="connect", retryable=False, **_BASE),
     ws.StreamIdleTimeout(
         "idle",
         idle_timeout=1.0,
         chunks_received=0,
         stream_lifetime=1.2,
+        phase="head",
         reason="r",
         retryable=False,  # overrides "retryable when no chunk came"
         **_BASE,
@@ -79,6 +86,21 @@ def test_every_error_survives_pickle_with_every_field(error: ws.WatchdogError) -
     assert sorted(after) == sorted(before)
     changed = [name for name, value in before.items() if not _same(value, after[name])]
     assert changed == [], {name: (before[name], after[name]) for name in changed}
+
+
+def test_phase_defaults_to_none_and_rejects_an_unknown_place() -> None:
+    assert ws.DeadlineExceeded("d").phase is None
+    assert ws.OperationTimeout("t").phase is None
+    with pytest.raises(ValueError, match="phase must be None or one of resolve, connect"):
+        ws.DeadlineExceeded("d", phase="somewhere")
+
+
+def test_an_error_pickled_without_a_phase_reads_none() -> None:
+    """A copy from before the field existed (its state has no phase) still answers."""
+    error = ws.DeadlineExceeded("d", phase="wait")
+    del error.__dict__["phase"]
+    copy = pickle.loads(pickle.dumps(error))
+    assert copy.phase is None
 
 
 def test_a_pickled_stream_idle_timeout_still_looks_like_a_read_timeout() -> None:

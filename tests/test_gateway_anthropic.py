@@ -16,6 +16,7 @@ from watchdog_sync.testing import FaultGateway
 
 from . import rawclient
 from .rawclient import http_chunks, split_response
+from .sdkerrors import raises_from_body
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -192,7 +193,7 @@ def test_sdk_yields_nothing_from_a_ping_only_stream_and_its_timeout_never_fires(
         started = time.monotonic()
         events = []
         try:
-            with pytest.raises(httpx2.RemoteProtocolError):
+            with raises_from_body(httpx2.RemoteProtocolError):
                 for event in stream:
                     events.append(event)
         finally:
@@ -226,7 +227,7 @@ def test_sdk_meets_silent_then_ok_as_a_read_timeout_then_a_whole_stream(
         timeout=httpx2.Timeout(0.3),
     )
     with client:
-        with pytest.raises(httpx2.ReadTimeout), client.messages.stream(**MESSAGES) as stream:
+        with raises_from_body(httpx2.ReadTimeout), client.messages.stream(**MESSAGES) as stream:
             list(stream.text_stream)
         with client.messages.stream(**MESSAGES) as stream:
             assert "".join(stream.text_stream) == TEXT

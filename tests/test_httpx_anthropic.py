@@ -13,6 +13,7 @@ import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
 from .httpxstream import DEADLINE, FAST, IDLE, SLACK, sdk_clients
+from .sdkerrors import raises_from_body
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -76,10 +77,12 @@ def test_pings_do_not_keep_a_stream_alive(fault_gateway: FaultGateway, sdk: Make
     """A ping every 0.1 s, never content: each send ends at 0.5 s; ours after the third."""
     base = fault_gateway.base_url("pings_only", api="anthropic", interval=0.1)
     started = time.monotonic()
-    with pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
+    with raises_from_body(ws.StreamIdleTimeout) as info, ws.deadline(10):
         stream_text(sdk(base), [])
     assert time.monotonic() - started <= 3 * IDLE + SLACK
     assert info.value.chunks_received == 0
+    verdict = ws.classify(info.seen)
+    assert (verdict.reason, verdict.retryable) == ("stream_idle_timeout", True)
     assert len(fault_gateway.requests_seen(base)) == 3
     assert wait_for(lambda: all_ended(fault_gateway, base))
 
@@ -121,19 +124,20 @@ def test_an_overloaded_error_mid_stream_is_a_classified_529(
     """The error event reaches the caller as our HTTPStatusError, after the text before it."""
     base = fault_gateway.base_url("error_mid_stream", api="anthropic")
     parts: List[str] = []
-    with pytest.raises(ws.HTTPStatusError) as info, ws.deadline(5):
+    with raises_from_body(ws.HTTPStatusError) as info, ws.deadline(5):
         stream_text(sdk(base), parts)
-    verdict = ws.classify(info.value)
+    verdict = ws.classify(info.seen)  # what the SDK's caller caught, read through its wrapper
     assert (info.value.status, verdict.reason, verdict.retryable) == (529, "overloaded", False)
     assert parts  # chunks came first: a replay would duplicate them
-    assert "sk-ant" not in str(info.value)
+    assert "sk-ant" not in str(info.value) and "sk-ant" not in repr(info.seen)
 
 
 def test_a_huge_line_is_event_too_large(fault_gateway: FaultGateway, sdk: MakeSDK) -> None:
     base = fault_gateway.base_url("huge_line", api="anthropic")
-    with pytest.raises(ws.StreamProtocolError) as info, ws.deadline(10):
+    with raises_from_body(ws.StreamProtocolError) as info, ws.deadline(10):
         stream_text(sdk(base), [])
     assert info.value.reason == "event_too_large"
+    assert ws.classify(info.seen) == ws.classify(info.value)
     assert wait_for(lambda: all_ended(fault_gateway, base))
 
 
@@ -141,18 +145,21 @@ def test_a_stream_without_message_stop_is_no_finish_reason(
     fault_gateway: FaultGateway, sdk: MakeSDK
 ) -> None:
     base = fault_gateway.base_url("no_finish_reason", api="anthropic")
-    with pytest.raises(ws.StreamProtocolError) as info, ws.deadline(5):
+    with raises_from_body(ws.StreamProtocolError) as info, ws.deadline(5):
         stream_text(sdk(base), [])
     assert info.value.reason == "no_finish_reason"
+    assert ws.classify(info.seen).reason == "no_finish_reason"
 
 
 def test_a_stall_after_chunks_ends_at_the_idle_limit(
     fault_gateway: FaultGateway, sdk: MakeSDK
 ) -> None:
     base = fault_gateway.base_url("stall_after_chunks", api="anthropic")
-    with pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
+    with raises_from_body(ws.StreamIdleTimeout) as info, ws.deadline(10):
         stream_text(sdk(base), [])
     assert info.value.chunks_received >= 2
+    verdict = ws.classify(info.seen)
+    assert (verdict.reason, verdict.retryable) == ("stream_idle_timeout", False)
     assert len(fault_gateway.requests_seen(base)) == 1
 
 

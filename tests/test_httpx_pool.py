@@ -23,6 +23,7 @@ from watchdog_sync.testing import FakeClock, FaultGateway
 from .httpxstream import numbers, sdk_stream, stream
 from .internals import READER_THREAD_NAME, pooled_connections
 from .rawserver import RawServer, chunk, read_request_head
+from .sdkerrors import raises_from_body
 from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -351,7 +352,7 @@ def test_an_sdk_stream_that_did_not_finish_leaves_no_connection_to_reuse(
             next(iter(sdk))
             sdk.close()
         else:
-            with pytest.raises(errors):
+            with raises_from_body(errors, sdk=api):
                 list(sdk)
         assert pooled_connections(h) == []
         base = fault_gateway.base_url("ok", api=api, chunks=3)

@@ -19,6 +19,7 @@ import watchdog_sync as ws
 from .httpxstream import sdk_stream
 from .internals import EventWatch, error_event, json_object
 from .rawserver import RawServer, end_body, read_request_head, send_body_piece, send_sse_head
+from .sdkerrors import raises_from_body
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -63,7 +64,7 @@ def test_only_data_events_other_than_pings_are_activity(event: bytes, activity: 
     "events",
     [
         [CHUNK, FINISH],
-        [CHUNK, b"data: [DONE]\n\n"],
+        [CHUNK, FINISH, b"data: [DONE]\n\n"],
         [DELTA, STOP],
         [b"event: response.created\ndata: {}\n\n", b"event: response.completed\ndata: {}\n\n"],
         [GEMINI, GEMINI_STOP],
@@ -220,7 +221,7 @@ def test_an_error_event_nested_too_deep_reaches_the_anthropic_sdk_as_ours() -> N
     server = sse_server(DELTA, DEEP_ERROR)
     http = ws.httpx_client(idle_timeout=5)
     try:
-        with server, pytest.raises(ws.StreamProtocolError) as info, ws.deadline(10):
+        with server, raises_from_body(ws.StreamProtocolError) as info, ws.deadline(10):
             for _ in sdk_stream("anthropic", server.url, http):
                 pass
     finally:

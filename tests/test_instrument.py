@@ -212,7 +212,8 @@ def test_undo_restores_urllib3_exactly_and_unbinds_requests() -> None:
     before = _snapshot()
     ws.instrument()()
     assert _snapshot() == before
-    with RawServer(silent) as server, ws.deadline(0.2):
+    # Nothing bounds requests now: the scope can only fail late.
+    with RawServer(silent) as server, pytest.raises(ws.DeadlineExceeded), ws.deadline(0.2):
         started = time.monotonic()
         with pytest.raises(requests.ReadTimeout):
             requests.get(server.url, timeout=0.8)

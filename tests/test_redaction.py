@@ -3,6 +3,7 @@ URLs, reason phrases, control bytes, and the one redaction policy (issues 12 and
 
 from __future__ import annotations
 
+import base64
 import socket
 import threading
 import traceback
@@ -405,3 +406,50 @@ def test_a_google_api_key_and_its_header_are_masked() -> None:
     assert key not in text and text.count(redact_module.MASK) == 2
     headers = redact_module.safe_headers({"X-Goog-Api-Key": key, "Accept": "*/*"})
     assert headers == {"X-Goog-Api-Key": redact_module.MASK, "Accept": "*/*"}
+
+
+def test_the_secret_set_of_a_request_is_every_credential_it_carried() -> None:
+    """Credential headers (bare tokens, a Basic value decoded), the URL's userinfo and
+    ``key=`` value, and a proxy's password with the Proxy-Authorization token made of it."""
+    basic = base64.b64encode(b"me:basic-pass-1").decode()
+    proxy_token = base64.b64encode(b"pu:proxy pass/2").decode()
+    found = redact_module.request_secrets(
+        {
+            "Authorization": f"Basic {basic}",
+            "x-api-key": "xapi-1",
+            "api-key": "azure-1",
+            "X-Goog-Api-Key": "goog-1",
+            "Accept": "text/event-stream",
+        },
+        "https://user:url-pass-1@example.invalid/v1beta/m?alt=sse&key=query%2F1",
+        ["http://pu:proxy%20pass%2F2@proxy.invalid:3128"],
+    )
+    for secret in (
+        basic, "me:basic-pass-1", "basic-pass-1", "xapi-1", "azure-1", "goog-1",
+        "url-pass-1", "query%2F1", "query/1", "proxy%20pass%2F2", "proxy pass/2", proxy_token,
+    ):  # fmt: skip
+        assert secret in found, secret
+    assert "text/event-stream" not in found
+    assert redact_module.request_secrets({}, "https://example.invalid/v1?alt=sse") == []
+
+
+def test_a_foreign_errors_own_request_masks_what_it_quotes() -> None:
+    """retry_call words the last error of an SDK call: a key that the error's request
+    carried (header or ``key=``) and that its message quotes is masked."""
+
+    class Request:
+        def __init__(self) -> None:
+            self.headers = {"x-goog-api-key": "wsgoog-6Tz1Qa8Lk3"}
+            self.url = "https://example.invalid/v1beta/m?key=wsquery-2Rb7Ye4Nc9"
+
+    class SDKError(ConnectionResetError):
+        request = Request()
+
+    def call() -> None:
+        raise SDKError("API key wsgoog-6Tz1Qa8Lk3 not valid (and wsquery-2Rb7Ye4Nc9)")
+
+    with pytest.raises(ws.RetryExhausted) as caught:
+        ws.retry_call(call, policy=THREE)
+    assert "wsgoog-6Tz1Qa8Lk3" not in str(caught.value)
+    assert "wsquery-2Rb7Ye4Nc9" not in str(caught.value)
+    assert "API key [REDACTED] not valid" in str(caught.value)

@@ -400,6 +400,7 @@ def test_uninterruptible_thread_sample_is_abandoned_reported_and_counted(
         result = run_sample(stuck_until, release, timeout=0.5)
         assert (result.ok, result.reason, result.abandoned) == (False, "deadline_exceeded", True)
         assert isinstance(result.error, DeadlineExceeded)
+        assert result.error.phase == "wait"  # the caller's wait for the worker ended it
         assert "abandoned" in str(result.error)
         assert 0.5 <= result.elapsed <= 0.5 + 0.1
         assert abandoned_workers() == before + 1
@@ -428,6 +429,7 @@ def test_uninterruptible_process_sample_is_killed_and_reaped(tmp_path: Path) -> 
     result = run_sample(sleep_after_writing_pid, str(pid_file), timeout=1, isolate="process")
     assert (result.ok, result.reason, result.abandoned) == (False, "deadline_exceeded", False)
     assert isinstance(result.error, DeadlineExceeded)
+    assert result.error.phase == "wait"
     assert 1.0 <= result.elapsed <= INCIDENT_BOUND
     assert process_is_gone(int(pid_file.read_text()))
 
@@ -546,8 +548,22 @@ def test_works_with_main_thread_signal_handlers_installed(isolate: Isolate) -> N
     assert fired == []
 
 
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread, as in an interactive shell: a
+    process started with SIGINT ignored (a background job, ``trap "" INT``) gets no such
+    handler from Python. Restored after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("isolate", MODES)
-def test_an_interrupt_of_the_caller_stops_the_sample(isolate: Isolate, tmp_path: Path) -> None:
+def test_an_interrupt_of_the_caller_stops_the_sample(
+    isolate: Isolate, tmp_path: Path, interruptible: None
+) -> None:
     pid_file = tmp_path / "pid"
     main = threading.get_ident()
     interrupter = threading.Thread(

@@ -11,7 +11,7 @@ from typing import Dict, Iterator, List, Optional
 import pytest
 import requests
 
-from watchdog_sync import Session
+from watchdog_sync import Session, WatchdogError, stream_sse
 
 from .rawserver import Answer, RawServer
 
@@ -138,3 +138,29 @@ def test_a_request_does_not_scan_an_environment_without_proxies(
         with Session() as session:
             session.get(f"{server.url}/named", timeout=5)
         assert looks == [f"{server.url}/plain", f"{server.url}/named"]
+
+
+@pytest.mark.parametrize("how", ["replaced", "patched"])
+def test_a_replaced_environment_routes_like_plain_requests(
+    no_proxy_variables: pytest.MonkeyPatch, how: str
+) -> None:
+    """os.environ replaced by a mapping that names a proxy (os.environb still the real,
+    proxy-less environment), or patched in place: Session, stream_sse and plain requests
+    all go through the proxy."""
+    proxied = Answer(lambda path: OK)
+    with RawServer(proxied) as proxy:
+        if how == "replaced":
+            no_proxy_variables.setattr(os, "environ", {**os.environ, "HTTP_PROXY": proxy.url})
+        else:
+            no_proxy_variables.setitem(os.environ, "HTTP_PROXY", proxy.url)
+        with requests.Session() as plain:
+            assert plain.get(UNSERVED + "/plain", timeout=5).text == "ok"
+        with Session() as session:
+            assert session.get(UNSERVED + "/ours", timeout=5).text == "ok"
+        with pytest.raises(WatchdogError):  # the proxy's answer is no event stream
+            list(stream_sse(UNSERVED + "/stream", method="GET", idle_timeout=5))
+    assert proxied.paths == [
+        (UNSERVED + "/plain").encode(),
+        (UNSERVED + "/ours").encode(),
+        (UNSERVED + "/stream").encode(),
+    ]

@@ -18,7 +18,8 @@ from .._core.budget import Budget
 from .._core.calls import server_of
 from .._core.durations import Duration
 from .._core.events import event_fields
-from .._core.redact import clean_headers, clean_secret, header_secrets, safe_url
+from .._core.redact import clean_headers, clean_secret, request_secrets, safe_url
+from .._http.environment import proxy_urls
 from .._http.http import Session
 from .._http.propagation import check_propagate, propagating
 from .._retry.loop import retry_call
@@ -326,7 +327,8 @@ class ChatClient:
             raise TypeError(f"the request must be JSON-serializable: {exc}") from None
         headers, request_id = self._request_headers()
         settings = self._settings
-        secrets = tuple(header_secrets(headers)) + ((self._api_key,) if self._api_key else ())
+        secrets = tuple(request_secrets(headers, self._url, proxy_urls(self._session)))
+        secrets += (self._api_key,) if self._api_key else ()
         return ChatCall(
             url=self._url,
             body=body,

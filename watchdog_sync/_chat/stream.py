@@ -24,13 +24,12 @@ from .._retry.policy import RetryPolicy
 from .._stream.limits import StreamLimits
 from .._stream.sse import SSEStream, open_sse
 from .._stream.stream import StreamStats
-from .._stream.wire import PING, no_finish_reason
+from .._stream.wire import EventWatch, is_done, is_parsed_activity, no_finish_reason
 from .call import STAGE, ChatCall, run_in_call
 from .errors import error_object, for_call
 
 __all__ = ["ChatStream", "open_stream"]
 
-_DONE = "[DONE]"
 _now = time.monotonic
 _SERVER_ID_HEADERS = ("x-request-id", "openai-request-id", "request-id")
 
@@ -55,7 +54,7 @@ class ChatStream:
         attempts: how many attempts were made to open the stream.
 
     On timeout, while iterating: :class:`StreamIdleTimeout` when no chunk
-    arrived for ``idle_timeout`` (after a chunk with a ``finish_reason`` the
+    arrived for ``idle_timeout`` (once every choice had its ``finish_reason`` the
     answer is whole, and the silence just ends the stream);
     :class:`DeadlineExceeded` when the call's
     own ``timeout`` or ``budget=`` ran out; an enclosing ``deadline()``
@@ -89,6 +88,7 @@ class ChatStream:
         self._parts: List[str] = []
         self._chunks = 0
         self._pending: Optional[Dict[str, Any]] = None
+        self._watch = EventWatch()  # the stream rules' verdict: has the answer ended?
         self._sse: Optional[SSEStream] = None
         self._events: Iterator[Any] = iter(())
         self._ended = False
@@ -130,7 +130,7 @@ class ChatStream:
                 exc, stage=STAGE, attempts=self.attempts, request_id=self.request_id
             ) from None
         except WatchdogError as exc:
-            if not (isinstance(exc, StreamIdleTimeout) and self.finish_reason is not None):
+            if not (isinstance(exc, StreamIdleTimeout) and self._watch.finished):
                 raise self._failure(exc)  # noqa: B904  (a copy of exc, with its cause)
             chunk = None  # finished, but the server kept the stream open: the answer is whole
         except BaseException as exc:
@@ -160,18 +160,17 @@ class ChatStream:
             try:
                 event = next(self._events)
             except StopIteration:
-                if self.finish_reason is not None or self._ended:
-                    return None  # a finish_reason then EOF without [DONE], or close() elsewhere
+                if self._watch.finished or self._ended:
+                    return None  # every choice finished, then EOF without [DONE]; or close()
                 sse = self._sse
                 truncated = sse is not None and sse.truncated
-                how = "in the middle of an event" if truncated else "without [DONE]"
+                how = "in the middle of an event" if truncated else "before every choice finished"
                 raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
-            if event.event != PING:  # a ping is no chunk (stream_sse hands it on held back)
+            if is_parsed_activity(event):  # Anthropic's keep-alive is no chunk
                 break
         data = event.data
-        if data == _DONE:
-            if not self._chunks:
-                raise no_finish_reason(0, "with [DONE]", **self._fields_of_errors())
+        if is_done(data):
+            self._watch.read(event.event, data)  # no_finish_reason before every choice finished
             return None
         chunk = json_object(data)
         if chunk is None:
@@ -180,6 +179,7 @@ class ChatStream:
             raise error_object(
                 chunk, data, self._chunks, self._call.secrets, **self._fields_of_errors()
             )
+        self._watch.read(event.event, data, chunk)
         choices = chunk.get("choices")
         if choices and type(choices) is list:
             choice = choices[0]
@@ -247,6 +247,7 @@ class ChatStream:
         self._chunks = 0
         self.finish_reason = None
         self.usage = None
+        self._watch = EventWatch(secrets=self._call.secrets, **self._fields_of_errors())
         call = self._call
         sse = open_sse(
             call.url,

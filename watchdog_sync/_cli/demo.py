@@ -4,7 +4,9 @@ An in-process FaultGateway misbehaves on purpose. For each scenario a plain
 client (requests + sseclient-py with a 120 s read timeout, as typical code
 has) runs in its own process, stopped after 10 s and shown as "still
 waiting"; ChatClient runs with idle_timeout=1 and a 5 s deadline. Everything
-runs at once, so the demo takes about 12 s.
+runs at once, so the demo takes about 12 s. A call that ends before its deadline says
+why on screen (the next backoff would end past the deadline, so it fails at once), and
+the demo ends by pointing at the tutorial.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from typing import Any, Callable, Dict, List, Sequence, TextIO, Tuple
 
 from .._chat.client import ChatClient
-from .._core.errors import WatchdogError
+from .._core.errors import DeadlineExceeded, WatchdogError
 from ..testing import FaultGateway
 
 __all__ = ["SCENARIOS", "run_demo"]
@@ -26,6 +28,11 @@ __all__ = ["SCENARIOS", "run_demo"]
 PLAIN_PATIENCE = 10.0
 DEADLINE = 5.0
 IDLE = 1.0
+EARLY = "ended early: the next backoff would end past the deadline"
+NEXT_STEP = (
+    "Next: the tutorial, docs/tutorial.md, builds this up step by step, from a hanging "
+    "stream to a guarded, budgeted call (on the repository page, or `tox -e docs`)."
+)
 
 # (scenario, gateway options, what goes wrong)
 SCENARIOS: Sequence[Tuple[str, Dict[str, Any], str]] = (
@@ -106,9 +113,12 @@ def _ours(url: str) -> str:
                     chunks += 1
         except WatchdogError as exc:
             attempts = getattr(exc, "attempts", 0) or 1
+            # Time was left, but not enough for the next backoff: the loop failed at once.
+            early = isinstance(exc, DeadlineExceeded) and (exc.remaining or 0.0) > 0.0
             return (
                 f"{type(exc).__name__} ({exc.reason}), {_count(chunks, 'chunk')}, "
                 f"{_attempts(attempts)}, {time.monotonic() - started:.1f}s"
+                + (f" ({EARLY})" if early else "")
             )
     return (
         f"ok, {_count(chunks, 'chunk')}, finish_reason={stream.finish_reason}, "
@@ -157,6 +167,15 @@ def run_demo(
     for name, _, problem in scenarios:
         rows[name] = Row(name, problem, results[(name, "plain")], results[(name, "ours")])
     _print_table(list(rows.values()), out)
+    if any(EARLY in row.ours for row in rows.values()):
+        print(
+            f"Why 'ended early' under timeout={DEADLINE:.0f}s: after the last attempt, the "
+            f"next backoff (1.5 s x 2^n, +-25 %) would have ended past the deadline; a wait "
+            "that cannot end in time fails now (DeadlineExceeded) instead of sleeping into "
+            "the deadline, and retries never get new time.",
+            file=out,
+        )
+    print(NEXT_STEP, file=out, flush=True)
     return list(rows.values())
 
 

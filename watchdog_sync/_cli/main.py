@@ -21,6 +21,18 @@ from .probe import probe as run_probe
 
 __all__ = ["main"]
 
+# --help is read as plain text: no reStructuredText markup.
+_DESCRIPTION = (
+    "watchdog-sync: see what watchdog_sync saves you from (demo), run a server that "
+    "misbehaves on purpose in the OpenAI, Anthropic and Gemini APIs (gateway), and time a "
+    "real streaming endpoint (probe)."
+)
+_APIS = (
+    ("OpenAI", "openai", "POST {base_url}/chat/completions or {base_url}/completions"),
+    ("Anthropic", "anthropic", "POST {base_url}/v1/messages"),
+    ("Gemini", "gemini", "POST {base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+)
+
 
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo  # imports ChatClient and the gateway only when needed
@@ -63,15 +75,11 @@ def _gateway(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         print(f"FaultGateway on {gateway.url} (Ctrl-C to stop)", flush=True)
-        print(
-            "one base_url per scenario: OpenAI (POST {base_url}/chat/completions), then "
-            "Anthropic (POST {base_url}/v1/messages):",
-            flush=True,
-        )
+        apis = ", then ".join(f"{title} ({route})" for title, _, route in _APIS)
+        print(f"one base_url per scenario and API: {apis}:", flush=True)
         for name, summary in FaultGateway.scenarios().items():
-            openai_url = gateway.base_url(name)
-            anthropic_url = gateway.base_url(name, api="anthropic")
-            print(f"  {name:<22} {openai_url}  {anthropic_url}  # {summary}", flush=True)
+            urls = "  ".join(gateway.base_url(name, api=api) for _, api, _ in _APIS)
+            print(f"  {name:<22} {urls}  # {summary}", flush=True)
         while not stop.wait(0.2):
             pass
     finally:
@@ -152,7 +160,7 @@ def _format_report(report: ProbeReport) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="watchdog-sync", description=__doc__)
+    parser = argparse.ArgumentParser(prog="watchdog-sync", description=_DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
         "demo",
@@ -163,9 +171,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     demo.set_defaults(run=_demo)
     gateway = commands.add_parser(
         "gateway",
-        help="run the FaultGateway (misbehaving OpenAI and Anthropic APIs) in the foreground",
-        description="Run the FaultGateway in the foreground and print one base URL per "
-        "scenario; Ctrl-C (SIGINT) or SIGTERM stops it.",
+        help="run the FaultGateway (misbehaving OpenAI, Anthropic and Gemini APIs) in the "
+        "foreground",
+        description="Run the FaultGateway in the foreground and print, for each scenario, "
+        "one base URL per API it speaks: OpenAI, Anthropic and Gemini (for google-genai's "
+        "HttpOptions(base_url=...)); Ctrl-C (SIGINT) or SIGTERM stops it.",
     )
     gateway.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, built-in)"

@@ -6,8 +6,8 @@
      └── Cancelled                      the stop signal inside a scope (not an Exception)
     Exception
      └── WatchdogError                  .reason .stage .attempt .elapsed .remaining .retryable .request_id
-          ├── DeadlineExceeded          (also TimeoutError) the shared deadline ran out
-          ├── OperationTimeout          (also TimeoutError) a stage's own cap ran out
+          ├── DeadlineExceeded          (also TimeoutError) the shared deadline ran out; .phase
+          ├── OperationTimeout          (also TimeoutError) a stage's own cap ran out; .phase
           │    └── StreamIdleTimeout    no stream activity for idle_timeout; errno ETIMEDOUT
           ├── OperationCancelled        somebody called Budget.cancel()
           ├── RetryExhausted            every attempt failed; .attempts .last_error
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .budget import Budget
 
 __all__ = [
+    "PHASES",
     "Cancelled",
     "DeadlineExceeded",
     "HTTPStatusError",
@@ -47,6 +48,16 @@ __all__ = [
 
 E = TypeVar("E", bound="WatchdogError")
 
+PHASES = ("resolve", "connect", "tls", "send", "head", "body", "backoff", "wait")
+"""Where work can be when its time runs out (``.phase``); ``None``: nowhere known, or
+nothing inside was interrupted."""
+
+
+def _checked_phase(phase: Optional[str]) -> Optional[str]:
+    if phase is not None and phase not in PHASES:
+        raise ValueError(f"phase must be None or one of {', '.join(PHASES)}; got {phase!r}")
+    return phase
+
 
 class Cancelled(BaseException):
     """The budget of an enclosing scope has ended; unwind to that scope.
@@ -55,12 +66,25 @@ class Cancelled(BaseException):
     it. The ``deadline()`` scope (or public entry point) that owns ``budget``
     turns it into :class:`DeadlineExceeded` or :class:`OperationCancelled`;
     scopes of inner budgets let it pass untouched. Never catch it yourself.
+
+    ``phase`` (one of :data:`PHASES`) and ``progress`` (how far the work got, in
+    words) are set by the part that was interrupted, when it knows; the scope
+    that converts the signal puts them into its error.
     """
 
-    def __init__(self, budget: Budget, reason: str) -> None:
+    def __init__(
+        self,
+        budget: Budget,
+        reason: str,
+        *,
+        phase: Optional[str] = None,
+        progress: Optional[str] = None,
+    ) -> None:
         super().__init__(budget, reason)
         self.budget = budget
         self.reason = reason
+        self.phase = _checked_phase(phase)
+        self.progress = progress
 
     def __str__(self) -> str:
         stage = f" (stage {self.budget.stage!r})" if self.budget.stage else ""
@@ -155,10 +179,15 @@ class DeadlineExceeded(WatchdogError, TimeoutError):
     """The one shared deadline ran out. Not retryable: only a new budget helps.
 
     ``attempts`` and ``last_error`` say how far a retry loop got (0 / ``None``
-    when none was running).
+    when none was running). ``phase`` says where the work was when the budget
+    ended: ``'resolve'``, ``'connect'``, ``'tls'``, ``'send'``, ``'head'``,
+    ``'body'`` (a request), ``'backoff'`` (a retry's wait), ``'wait'`` (waiting
+    for another task or worker), or ``None`` when nothing inside was
+    interrupted (or the part that was does not say).
     """
 
     default_reason = "deadline_exceeded"
+    phase: Optional[str] = None  # class default: errors pickled before the field existed
 
     def __init__(
         self,
@@ -166,18 +195,28 @@ class DeadlineExceeded(WatchdogError, TimeoutError):
         *,
         attempts: int = 0,
         last_error: Optional[BaseException] = None,
+        phase: Optional[str] = None,
         **fields: Any,
     ) -> None:
         super().__init__(message, **fields)
         self.attempts = attempts
         self.last_error = last_error
+        self.phase = _checked_phase(phase)
 
 
 class OperationTimeout(WatchdogError, TimeoutError):
-    """A stage's own time cap ran out before the shared deadline did."""
+    """A stage's own time cap ran out before the shared deadline did.
+
+    ``phase``: where the work was then, as for :class:`DeadlineExceeded`.
+    """
 
     default_reason = "operation_timeout"
     default_retryable = True
+    phase: Optional[str] = None  # class default: errors pickled before the field existed
+
+    def __init__(self, message: str, *, phase: Optional[str] = None, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.phase = _checked_phase(phase)
 
 
 class StreamIdleTimeout(OperationTimeout):

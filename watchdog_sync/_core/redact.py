@@ -4,8 +4,8 @@ Every message, excerpt, repr and log text the library builds from outside data
 (server bodies, reason phrases, header values, URLs, foreign exceptions) goes
 through here. The policy, in order:
 
-1. the call's own secrets (API key, credential header values, URL userinfo),
-   in their plain, JSON-escaped, repr-escaped and percent-encoded forms, and
+1. the call's own secrets (its secret set, :func:`request_secrets`: every credential the
+   request carried), in their plain, JSON-escaped, repr-escaped and percent-encoded forms, and
    anything shaped like a credential (``Bearer ...``, ``sk-...``, ``AIza...``,
    ``api_key=...``, the userinfo of a URL) are replaced by :data:`MASK`;
 2. control characters (ESC, NUL, C1, bidi overrides) are escaped, so a hostile
@@ -15,6 +15,8 @@ through here. The policy, in order:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import re
@@ -40,9 +42,13 @@ __all__ = [
     "clean_headers",
     "clean_secret",
     "describe",
+    "error_secrets",
     "excerpt",
     "header_secrets",
+    "proxy_secrets",
+    "query_secrets",
     "redact",
+    "request_secrets",
     "safe_headers",
     "safe_url",
     "scrub_exception",
@@ -65,6 +71,8 @@ CREDENTIAL_HEADERS = frozenset(
     }
 )
 SENSITIVE_HEADERS = CREDENTIAL_HEADERS | {"set-cookie"}  # and the response's own
+# Query parameters that carry a credential (the Gemini REST API's ``?key=``, ...).
+CREDENTIAL_PARAMETERS = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token"})
 
 _MIN_SECRET = 4  # shorter values would mask ordinary words
 _PATTERNS = (
@@ -183,12 +191,16 @@ def _mask_tail(text: str, forms: Sequence[str]) -> str:
 
 
 def describe(error: BaseException, secrets: Iterable[Optional[str]] = ()) -> str:
-    """``Type: message`` of ``error`` as an excerpt; an error whose ``str()`` fails is named only."""
+    """``Type: message`` of ``error`` as an excerpt; an error whose ``str()`` fails is named only.
+
+    Masked with ``secrets`` and with the secret set of every request the error (or one
+    chained to it) holds (:func:`error_secrets`): an SDK's error quoting the key it sent.
+    """
     try:
         text = str(error)
     except Exception:  # a broken __str__ must not break the error that reports it
         text = "(its message could not be read)"
-    shown = excerpt(text, _MAX_MESSAGE, secrets)
+    shown = excerpt(text, _MAX_MESSAGE, [*secrets, *error_secrets(error)])
     return f"{type(error).__name__}: {shown}" if shown else type(error).__name__
 
 
@@ -200,14 +212,88 @@ def safe_url(url: Any, secrets: Iterable[Optional[str]] = ()) -> str:
 
 def url_secrets(url: Any) -> List[str]:
     """The user name and password in the userinfo of ``url`` (raw and decoded), if any."""
-    if not isinstance(url, str) or "@" not in url:
+    userinfo = _userinfo(url)
+    if userinfo is None:
         return []
-    authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
-    if "@" not in authority:
-        return []
-    userinfo = authority.rsplit("@", 1)[0]
     found = [userinfo, *userinfo.split(":", 1)]
     return [*found, *(urllib.parse.unquote(part) for part in found)]
+
+
+def _userinfo(url: Any) -> Optional[str]:
+    if not isinstance(url, str) or "@" not in url:
+        return None
+    authority = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" not in authority:
+        return None
+    return authority.rsplit("@", 1)[0]
+
+
+def query_secrets(url: Any) -> List[str]:
+    """The values of ``url``'s credential query parameters (``?key=...``), raw and decoded."""
+    if not isinstance(url, str) or "?" not in url:
+        return []
+    found: List[str] = []
+    for pair in url.split("?", 1)[1].split("#", 1)[0].split("&"):
+        name, equals, value = pair.partition("=")
+        if equals and value and urllib.parse.unquote_plus(name).lower() in CREDENTIAL_PARAMETERS:
+            found += [value, urllib.parse.unquote_plus(value)]
+    return found
+
+
+def proxy_secrets(proxy: Any) -> List[str]:
+    """The credentials of a proxy URL, in every form a request carries them: its userinfo
+    (raw and decoded) and the ``Basic`` token of the ``Proxy-Authorization`` header that
+    requests and httpx make of it."""
+    userinfo = _userinfo(proxy)
+    if userinfo is None:
+        return []
+    user, _, password = (urllib.parse.unquote(part) for part in userinfo.partition(":"))
+    token = base64.b64encode(f"{user}:{password}".encode("latin-1", "replace")).decode()
+    return [*url_secrets(proxy), token]
+
+
+def request_secrets(
+    headers: Optional[Mapping[str, Any]], url: Any, proxies: Iterable[Any] = ()
+) -> List[str]:
+    """The secret set of one request: every credential it carried.
+
+    Each credential header's value (``Authorization``, ``Proxy-Authorization``,
+    ``x-api-key``, ``api-key``, ``x-goog-api-key``, ...; the bare token too, and a
+    ``Basic`` value decoded), the userinfo of ``url`` and its credential query values
+    (``?key=``), and the credentials of each proxy in ``proxies`` it may go through.
+    """
+    found = [*header_secrets(headers or {}), *url_secrets(url), *query_secrets(url)]
+    for proxy in proxies:
+        found += proxy_secrets(proxy)
+    return found
+
+
+def error_secrets(error: BaseException) -> List[str]:
+    """The secret sets of the requests ``error`` and the errors chained to it hold
+    (``.request``, ``.response.request``: requests', httpx's and the SDKs' errors)."""
+    found: List[str] = []
+    seen: List[int] = []
+    pending: List[Any] = [error]
+    while pending and len(seen) < 8:
+        node = pending.pop()
+        if not isinstance(node, BaseException) or id(node) in seen:
+            continue
+        seen.append(id(node))
+        response = _attribute(node, "response")
+        for request in (_attribute(node, "request"), _attribute(response, "request")):
+            headers = _attribute(request, "headers")
+            if isinstance(headers, Mapping):
+                found += request_secrets(headers, str(_attribute(request, "url")))
+        pending += [node.__cause__, node.__context__]
+    return found
+
+
+def _attribute(holder: Any, name: str) -> Any:
+    """``holder.name``, or ``None`` (httpx's ``.request`` raises when it was never set)."""
+    try:
+        return getattr(holder, name, None)
+    except Exception:
+        return None
 
 
 def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -215,7 +301,7 @@ def safe_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if k.lower() in SENSITIVE_HEADERS else v) for k, v in headers.items()}
 
 
-def header_secrets(headers: Mapping[str, str]) -> List[str]:
+def header_secrets(headers: Mapping[str, Any]) -> List[str]:
     """The secrets in ``headers``: each credential header's value and its bare token.
 
     ``Authorization: Bearer abc123`` gives ``["Bearer abc123", "abc123"]``, so a
@@ -223,12 +309,24 @@ def header_secrets(headers: Mapping[str, str]) -> List[str]:
     """
     found: List[str] = []
     for name, value in headers.items():
-        if name.lower() in SENSITIVE_HEADERS and isinstance(value, str) and value:
+        sensitive = isinstance(name, str) and name.lower() in SENSITIVE_HEADERS
+        if sensitive and isinstance(value, str) and value:
             found.append(value)
             token = value.split()[-1] if value.split() else ""
             if token and token != value:
                 found.append(token)
+                if value.split()[0].lower() == "basic":
+                    found += _basic_credentials(token)
     return found
+
+
+def _basic_credentials(token: str) -> List[str]:
+    """``user:password`` and the password of a ``Basic`` token, as a server may echo them."""
+    try:
+        decoded = base64.b64decode(token, validate=True).decode("latin-1")
+    except (binascii.Error, ValueError):
+        return []
+    return [decoded, decoded.partition(":")[2]]
 
 
 def clean_secret(value: str, what: str, *, spaces: bool = False) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
 from .budget import Budget, _noop
 from .durations import Duration
 from .errors import Cancelled, DeadlineExceeded, OperationCancelled, WatchdogError
+from .forks import process_local
 from .redact import describe
 
 __all__ = [
@@ -32,8 +33,9 @@ __all__ = [
     "using_budget",
 ]
 
-_CURRENT: contextvars.ContextVar[Optional[Budget]] = contextvars.ContextVar(
-    "watchdog_sync_budget", default=None
+# A forked child starts outside every scope of its parent's (:mod:`.forks`).
+_CURRENT: contextvars.ContextVar[Optional[Budget]] = process_local(
+    contextvars.ContextVar("watchdog_sync_budget", default=None)
 )
 
 T = TypeVar("T")
@@ -77,20 +79,26 @@ def error_for(
     last_error: Optional[BaseException] = None,
     request_id: Optional[str] = None,
 ) -> WatchdogError:
-    """The public error for a ``Cancelled`` leaving the scope that owns its budget."""
+    """The public error for a ``Cancelled`` leaving the scope that owns its budget.
+
+    The ``Cancelled``'s ``phase`` becomes the error's, and its ``progress`` (how far
+    the interrupted work got) goes into the message.
+    """
     ended = exc.budget
     stage = stage or ended.stage
     elapsed = ended.elapsed()
     where = f" in stage {stage!r}" if stage else ""
     tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
     last = f"; last error: {describe(last_error)}" if last_error else ""
+    progress = f" ({exc.progress})" if exc.progress else ""
     if exc.reason == "deadline_exceeded":
         total = "" if ended.deadline is None else f" of {ended.deadline - ended.started:.2f}s"
         return DeadlineExceeded(
-            f"deadline{total} exceeded{where} after {elapsed:.2f}s{tried}{last}; "
+            f"deadline{total} exceeded{where} after {elapsed:.2f}s{progress}{tried}{last}; "
             "give the call a larger timeout (timeout=..., deadline(...)) if the work needs it",
             attempts=attempts,
             last_error=last_error,
+            phase=exc.phase,
             stage=stage,
             elapsed=elapsed,
             remaining=0.0,
@@ -161,6 +169,13 @@ def deadline(
     ended; a negative value is a ``ValueError`` (a budget's limit is never
     "off" by being <= 0, unlike an idle limit); more than 7 days is clamped.
 
+    Late work is never a success: a block that ends normally after this
+    scope's deadline (nothing inside was interrupted: a ``time.sleep``, pure
+    CPU, a client the library does not bound) raises
+    :class:`DeadlineExceeded` on exit all the same. A block that raises keeps
+    its own exception; when an outer scope's deadline passed first, leaving
+    this one is that scope's business, and it raises on its own exit.
+
     Example::
 
         with deadline(10, stage="sample") as budget:
@@ -169,6 +184,34 @@ def deadline(
     budget = current_child(timeout, stage=stage)
     with boundary(budget):
         yield budget
+    late = _late_error(budget)
+    if late is not None:
+        raise late
+
+
+def _late_error(budget: Budget) -> Optional[DeadlineExceeded]:
+    """The error for leaving ``budget``'s scope normally after its own deadline, or None.
+
+    None when the budget is live, was cancelled, or ended because an ancestor
+    ended first (that ancestor's scope answers for it).
+    """
+    cause = budget.end_cause()
+    if cause is None or cause[0] is not budget or cause[1] != "deadline_exceeded":
+        return None
+    elapsed = budget.elapsed()
+    where = f" in stage {budget.stage!r}" if budget.stage else ""
+    total = "" if budget.deadline is None else f" of {budget.deadline - budget.started:.2f}s"
+    return DeadlineExceeded(
+        f"deadline{total} exceeded{where}: the block ended after {elapsed:.2f}s and nothing "
+        "inside was interrupted (nothing inside could be: a time.sleep, pure CPU, or a client "
+        "the library does not bound; or an interruption was caught and swallowed inside), so "
+        "its late result is not a success. To bound such "
+        "code: instrument(sockets=True) for sockets the library does not own, "
+        "run_sample(..., isolate='process') for code that cannot be interrupted",
+        stage=budget.stage,
+        elapsed=elapsed,
+        remaining=0.0,
+    )
 
 
 def joined_budget(

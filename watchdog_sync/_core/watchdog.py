@@ -5,7 +5,8 @@ Callbacks run on the watchdog thread, outside its lock; one that raises
 (even a ``BaseException`` such as :class:`Cancelled`) is logged and never
 stops the thread, and no wait of the thread is longer than an hour, so a far
 deadline can never overflow the OS wait. The thread is a daemon, started on first
-use, and started again after ``fork()`` in a child that uses it.
+use. A child after ``fork()`` starts with an empty heap and no thread (:mod:`.forks`): the
+parent's timers stay the parent's, and the child's first timer starts its own thread.
 
 At interpreter exit, when no thread can start (:mod:`.threads`): if the thread is
 not running by then, a callback due at once runs in the calling thread, and a later
@@ -18,11 +19,11 @@ import heapq
 import itertools
 import logging
 import math
-import os
 import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
+from .forks import on_fork_in_child
 from .threads import threads_can_start
 
 __all__ = ["THREAD_NAME", "TimerHandle", "call_at", "call_soon"]
@@ -61,6 +62,12 @@ class TimerHandle:
 
 class _Watchdog:
     def __init__(self) -> None:
+        self._empty()
+
+    def _empty(self) -> None:
+        """No timer, no callback and no thread; also a forked child's start (:mod:`.forks`):
+        the parent's timers and callbacks are the parent's to run, and its lock may be held
+        by a thread that does not exist in the child."""
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._heap: List[Tuple[float, int, TimerHandle]] = []
@@ -141,11 +148,6 @@ class _Watchdog:
             for fn in self._collect():
                 _run_one(fn)
 
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._thread = None
-
 
 def _run_one(fn: Callable[[], None]) -> None:
     try:
@@ -155,8 +157,7 @@ def _run_one(fn: Callable[[], None]) -> None:
 
 
 _WATCHDOG = _Watchdog()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_WATCHDOG._after_fork_in_child)
+on_fork_in_child(_WATCHDOG._empty)
 
 
 def call_at(when: float, fn: Callable[[], None]) -> TimerHandle:

@@ -22,7 +22,7 @@ as urllib3's decoders do, so ``classify()`` reads it the same way.
 from __future__ import annotations
 
 import zlib
-from typing import List, Optional, Protocol
+from typing import Iterator, List, Optional, Protocol
 
 from urllib3.exceptions import DecodeError
 
@@ -80,13 +80,19 @@ class BodyDecoder:
 
     def feed(self, data: bytes) -> List[bytes]:
         """What ``data`` decodes to, in pieces of at most 64 KiB, within the limit."""
+        return list(self.pieces(data))
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        """:meth:`feed`'s pieces, each decoded only when the one before was taken: a reader
+        that stops early (an event stream past its event cap) decodes no further."""
         if self.over or not data:
-            return []
+            return
         if not self._layers:
             kept = self._keep(data)
-            return [kept] if kept else []
+            if kept:
+                yield kept
+            return
         self._layers[0].give(data)
-        pieces = []
         last = len(self._layers) - 1
         while not self.over:
             piece = self._pull(last, min(_STEP, self._left + 1))  # one byte more tells "over"
@@ -94,8 +100,7 @@ class BodyDecoder:
                 break
             kept = self._keep(piece)
             if kept:
-                pieces.append(kept)
-        return pieces
+                yield kept
 
     def finish(self) -> None:
         """Raise ``DecodeError`` if the body ended inside a compressed stream."""

@@ -16,6 +16,10 @@ same steps around urllib3's own methods). The steps:
 * :func:`connected`: the socket that connect() left (TLS replaces the object)
   is told to the guard.
 
+Each step also moves the request's :class:`RequestProgress` on (``resolve``,
+``connect``, ``tls``, ``send``, ``head``, ``body``), so the ``Cancelled`` raised at
+the budget's end says where the request was and how far it got.
+
 A stream's first-event limit bounds the response head too: inside
 :func:`head_until`, the guard shuts the request's sockets at that moment unless the
 final response's head is in by then (every redirect hop and interim response
@@ -37,12 +41,17 @@ import socket
 import threading
 from typing import Any, Callable, Iterator, List, NoReturn, Optional
 
+from urllib3.connection import HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError
 from urllib3.util import Timeout
 
 from .._core.budget import Budget, _noop
 from .._core.clock import MONOTONIC, Timer
+from .._core.errors import Cancelled
+from .._core.forks import process_local
+from .._core.phase import mark
 from .._core.scope import boundary
+from .progress import RequestProgress
 from .resolve import is_ip_literal, resolve_bounded
 from .shutter import SocketSet
 from .tunnel import TunnelView, timeout_of
@@ -53,10 +62,12 @@ __all__ = [
     "GUARD_ATTR",
     "HEAD_UNTIL",
     "ConnectionGuard",
+    "awaiting_head",
     "checked_in",
     "checked_out",
     "clip_timeout",
     "connected",
+    "head_received",
     "head_until",
     "open_socket",
     "raise_budget_end",
@@ -94,6 +105,22 @@ class ConnectionGuard:
         self._head_timer: Optional[Timer] = None
         self._head_in = False
         self.head_timed_out = False  # the head was not in by its limit: its sockets were shut
+        self.progress = RequestProgress(budget.clock.now)
+
+    def check(self) -> None:
+        """``budget.check()``, the ``Cancelled`` saying where the request was and how far
+        it got."""
+        try:
+            self.budget.check()
+        except Cancelled as exc:
+            self.stamp(exc)
+            raise
+
+    def stamp(self, exc: Cancelled) -> None:
+        """Put the request's phase and progress on ``exc``, unless a part below already did."""
+        phase = self.progress.phase
+        if phase is not None:
+            mark(exc, phase, self.progress.words())
 
     def bound_head(self, until: float) -> None:
         """Shut the request's sockets at ``until`` (monotonic seconds) unless :meth:`head_in`
@@ -116,6 +143,8 @@ class ConnectionGuard:
             self._sockets.shut()
 
     def attach(self, conn: Any) -> None:
+        # A pooled connection with its socket sends at once; a new one connects first.
+        self.progress.enter("connect" if getattr(conn, "sock", None) is None else "send")
         with self._lock:
             setattr(conn, GUARD_ATTR, self)
             if not any(known is conn for known in self._connections):
@@ -199,10 +228,10 @@ def raise_budget_end(guard: ConnectionGuard) -> NoReturn:
     :class:`OperationCancelled` it converts into.
     """
     if guard.owner is None:
-        guard.budget.check()
+        guard.check()
     else:
         with boundary(guard.budget, guard.owner):
-            guard.budget.check()
+            guard.check()
     raise AssertionError("raise_budget_end() called before the budget ended")  # pragma: no cover
 
 
@@ -226,11 +255,12 @@ def clip_timeout(timeout: Any, remaining: float) -> Any:
     )
 
 
-ACTIVE_GUARD: contextvars.ContextVar[Optional[ConnectionGuard]] = contextvars.ContextVar(
-    "watchdog_sync_connection_guard", default=None
+# A child forked while a request is sent sends its own requests under guards of its own.
+ACTIVE_GUARD: contextvars.ContextVar[Optional[ConnectionGuard]] = process_local(
+    contextvars.ContextVar("watchdog_sync_connection_guard", default=None)
 )
-HEAD_UNTIL: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar(
-    "watchdog_sync_head_until", default=None
+HEAD_UNTIL: contextvars.ContextVar[Optional[float]] = process_local(
+    contextvars.ContextVar("watchdog_sync_head_until", default=None)
 )
 
 
@@ -270,6 +300,7 @@ def open_socket(conn: Any, new_conn: Callable[[], Any]) -> Any:
     sock = _resolved_new_conn(conn, new_conn)
     _tell_guard(conn, sock)
     _clip_to_budget(conn, sock)
+    _enter(conn, "tls" if _is_tls(conn) else "send")
     return sock
 
 
@@ -277,6 +308,7 @@ def tunnel(conn: Any, send_connect: Callable[[], None]) -> None:
     """Run ``send_connect`` (http.client's ``_tunnel``) with the proxy's whole reply to
     ``CONNECT`` read within the connect timeout."""
     _tell_guard(conn, conn.sock)  # a TLS connection to the proxy has a new socket object
+    _enter(conn, "connect")  # through the proxy
     timeout = _connect_timeout(conn)
     if timeout is None:
         send_connect()
@@ -291,11 +323,25 @@ def tunnel(conn: Any, send_connect: Callable[[], None]) -> None:
             conn.sock = sock
         view.restore()
     _clip_to_budget(conn, sock)
+    _enter(conn, "tls" if _is_tls(conn) else "send")
 
 
 def connected(conn: Any) -> None:
     """``conn.connect()`` returned: tell the guard its (possibly TLS-wrapped) socket."""
     _tell_guard(conn, conn.sock)
+    _enter(conn, "send")
+
+
+def awaiting_head(conn: Any) -> None:
+    """The request was sent whole; ``conn`` now waits for the response head."""
+    _enter(conn, "head")
+
+
+def head_received(conn: Any) -> None:
+    """``conn``'s final response head is in: the body comes next."""
+    guard = getattr(conn, GUARD_ATTR, None)
+    if guard is not None:
+        guard.progress.head_in()
 
 
 def _connect_timeout(conn: Any) -> Optional[float]:
@@ -308,7 +354,9 @@ def _connect_timeout(conn: Any) -> Optional[float]:
 def _resolved_new_conn(conn: Any, new_conn: Callable[[], Any]) -> Any:
     host = conn._dns_host
     if is_ip_literal(host) or host == "localhost.":
+        _enter(conn, "connect")
         return new_conn()
+    _enter(conn, "resolve")
     timeout = _connect_timeout(conn)
     try:
         address = resolve_bounded(host, conn.port, timeout)
@@ -319,6 +367,7 @@ def _resolved_new_conn(conn: Any, new_conn: Callable[[], Any]) -> Any:
     # urllib3 connects to ``_dns_host``; point it at the resolved address for this call
     # only, so TLS still verifies and sends SNI for the real host name.
     conn._dns_host = address
+    _enter(conn, "connect")
     try:
         return new_conn()
     finally:
@@ -343,6 +392,16 @@ def _clip_to_budget(conn: Any, sock: Any) -> None:
         clipped = max(FLOOR, left if current is None else min(current, left))
         if clipped != current:  # settimeout() lets the GIL go: not for nothing
             sock.settimeout(clipped)
+
+
+def _enter(conn: Any, phase: str) -> None:
+    guard = getattr(conn, GUARD_ATTR, None)
+    if guard is not None:
+        guard.progress.enter(phase)
+
+
+def _is_tls(conn: Any) -> bool:
+    return isinstance(conn, HTTPSConnection)
 
 
 def _tell_guard(conn: Any, sock: Any) -> None:

@@ -14,6 +14,9 @@ calls the steps of ``guard.py`` (the ones :class:`Session`'s subclasses call):
 * ``HTTPConnection._new_conn`` / ``_tunnel`` / ``connect`` (and
   ``HTTPSConnection.connect``): bounded name resolution and proxy tunnel, each
   socket told to the guard as soon as it exists;
+* ``HTTPConnection.request`` / ``getresponse``: the request's phase moves to
+  ``head`` once it is sent whole, then ``body`` (what a timeout says about where
+  it was);
 * ``HTTPResponse.read`` / ``read1`` / ``read_chunked``: a body read after the
   budget's end raises ``Cancelled`` (a shut close-delimited body would
   otherwise look complete), and a read in a :func:`guard_stream` reader
@@ -65,6 +68,8 @@ def urllib3_patches() -> PatchSet:
     patches.wrap(conn, "_tunnel", functools.partial(_tunnel, patches))
     patches.wrap(conn, "connect", functools.partial(_connect, patches))
     patches.wrap(_connection.HTTPSConnection, "connect", functools.partial(_connect, patches))
+    patches.wrap(conn, "request", functools.partial(_request, patches))
+    patches.wrap(conn, "getresponse", functools.partial(_getresponse, patches))
     pool = _pool.HTTPConnectionPool
     patches.wrap(pool, "_put_conn", functools.partial(_put_conn, patches))
     patches.wrap(pool, "_get_conn", functools.partial(_get_conn, patches))
@@ -228,6 +233,26 @@ def _connect(patches: PatchSet, original: _Fn) -> _Fn:
             _guard.connected(self)
 
     return connect
+
+
+def _request(patches: PatchSet, original: _Fn) -> _Fn:
+    def request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if patches.active and _guard_of(self) is not None and not _guarded_by_session(self):
+            _guard.awaiting_head(self)  # sent whole: a cut send leaves the phase at "send"
+        return result
+
+    return request
+
+
+def _getresponse(patches: PatchSet, original: _Fn) -> _Fn:
+    def getresponse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        response = original(self, *args, **kwargs)
+        if patches.active and _guard_of(self) is not None and not _guarded_by_session(self):
+            _guard.head_received(self)
+        return response
+
+    return getresponse
 
 
 # -- the response --------------------------------------------------------------------

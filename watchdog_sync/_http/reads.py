@@ -16,6 +16,7 @@ import itertools
 from typing import Any, Callable, Optional
 
 from .._core.budget import _noop
+from .._core.forks import process_local
 from .shutter import SocketSet
 
 __all__ = ["READER_SOCKETS", "ReaderSockets", "reading"]
@@ -39,8 +40,9 @@ class ReaderSockets:
         return self._sockets.shut()
 
 
-READER_SOCKETS: contextvars.ContextVar[Optional[ReaderSockets]] = contextvars.ContextVar(
-    "watchdog_sync_reader_sockets", default=None
+# A child forked by a reader thread's source is no reader of its parent's (:mod:`.forks`).
+READER_SOCKETS: contextvars.ContextVar[Optional[ReaderSockets]] = process_local(
+    contextvars.ContextVar("watchdog_sync_reader_sockets", default=None)
 )
 
 

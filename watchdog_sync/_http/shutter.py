@@ -4,7 +4,9 @@ Every part that stops a read from outside (a request's connections under urllib3
 response's socket, a response head still coming, the sockets a guarded stream's reader thread
 reads) holds its sockets in a :class:`SocketSet`: sockets go in as they appear, ``shut``
 shuts every one held and every one put in after it, and ``release`` forgets them all, so no
-shutdown ever reaches a socket that may be back in a pool (urllib3 3581).
+shutdown ever reaches a socket that may be back in a pool (urllib3 3581). A set made before a
+``fork()`` is the parent's: in the child it holds and shuts nothing, as a shutdown of an
+inherited socket ends the parent's connection too.
 :func:`shutdown_socket` is the shutdown itself.
 """
 
@@ -15,6 +17,8 @@ import socket
 import struct
 import threading
 from typing import Any, Dict
+
+from .._core.forks import generation
 
 __all__ = ["SocketSet", "shutdown_socket"]
 
@@ -48,16 +52,20 @@ class SocketSet:
     ``fired``: ``shut`` ran (the operation was stopped from outside).
     """
 
-    __slots__ = ("_lock", "_released", "_sockets", "fired")
+    __slots__ = ("_generation", "_lock", "_released", "_sockets", "fired")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sockets: Dict[int, Any] = {}
         self._released = False
+        self._generation = generation()  # the process it was made in (see the module's doc)
         self.fired = False
 
     def put(self, key: int, sock: Any) -> None:
-        """Hold ``sock`` (replacing what ``key`` held); shut it at once if already fired."""
+        """Hold ``sock`` (replacing what ``key`` held); shut it at once if already fired.
+        Nothing in a forked child of the process the set was made in."""
+        if self._generation != generation():
+            return  # its lock may even be held by a thread the child does not have
         with self._lock:
             if self._released:
                 return
@@ -76,7 +84,10 @@ class SocketSet:
             self._sockets.clear()
 
     def shut(self) -> bool:
-        """Shut every socket held and every one put after this; True if one was shut now."""
+        """Shut every socket held and every one put after this; True if one was shut now.
+        Nothing in a forked child of the process the set was made in."""
+        if self._generation != generation():
+            return False
         with self._lock:
             if self._released:
                 return False

@@ -69,8 +69,12 @@ def _raw_pieces(response: requests.Response, chunk_size: int) -> Iterator[bytes]
 
 
 def _until_budget_end(pieces: Iterator[Any], guard: ConnectionGuard) -> Iterator[Any]:
+    progress = guard.progress
+    progress.count_body()
     try:
-        yield from pieces
+        for piece in pieces:
+            progress.read(len(piece))
+            yield piece
     except requests.RequestException:
         if guard.fired:
             raise_budget_end(guard)

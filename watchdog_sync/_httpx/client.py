@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from .._core.budget import Budget
 from .._core.config import AS_IDLE, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
+from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .library import default_library, library_of
 from .transport import HTTPXTransport
 
@@ -21,6 +22,7 @@ def httpx_client(
     idle_timeout: Optional[Duration] = IDLE_TIMEOUT_UNSET,
     first_event_timeout: Optional[Duration] = AS_IDLE,
     budget: Optional[Budget] = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     propagate: bool = False,
     **client_kwargs: Any,
 ) -> httpx2.Client:
@@ -37,8 +39,10 @@ def httpx_client(
     ``verify``, ``cert``, ``limits``, ``http2``, ``mounts``, ``transport=`` and
     the proxies of ``proxy=`` or of the environment — ``HTTPS_PROXY``,
     ``NO_PROXY``, ... — all keep working), then every transport it routes to
-    is wrapped in an :class:`HTTPXTransport` with ``idle_timeout``,
-    ``first_event_timeout``, ``budget`` and ``propagate`` (``True``: each send,
+    is wrapped in an :class:`HTTPXTransport` with every option of its own:
+    ``idle_timeout``, ``first_event_timeout``, ``budget``, ``max_event_bytes``
+    (an event over it ends the stream with ``StreamProtocolError('event_too_large')``)
+    and ``propagate`` (``True``: each send,
     redirect hops included, carries the remaining budget as deadline headers,
     never to another origin than the call's first request's; an addition to
     the contract's signature). A ``transport=`` of the other
@@ -58,6 +62,7 @@ def httpx_client(
         "idle_timeout": idle_timeout,
         "first_event_timeout": first_event_timeout,
         "budget": budget,
+        "max_event_bytes": max_event_bytes,
         "propagate": propagate,
     }
     client = lib.Client(**client_kwargs)
@@ -70,11 +75,15 @@ def httpx_client(
             f"this {lib.__name__} version keeps its transports elsewhere; "
             f"use {lib.__name__}.Client(transport=watchdog_sync.HTTPXTransport(...)) instead"
         )
-    client._transport = _wrapped(client._transport, options)
-    client._mounts = {
-        pattern: None if transport is None else _wrapped(transport, options)
-        for pattern, transport in mounts.items()
-    }
+    try:
+        client._transport = _wrapped(client._transport, options)
+        client._mounts = {
+            pattern: None if transport is None else _wrapped(transport, options)
+            for pattern, transport in mounts.items()
+        }
+    except BaseException:  # a bad option: its error, and no client left open
+        client.close()
+        raise
     return client  # type: ignore[no-any-return]
 
 

@@ -11,7 +11,8 @@ yet), the consumer's thread reads the socket itself with the one body reader
 gives each read's bytes to the connection's own h11 state (public h11 API:
 ``receive_data``, then ``next_event`` until ``NEED_DATA``; the bytes that came
 with the headers are already in h11's buffer, so h11 sees the whole body in
-order); the ``Data`` events' bytes are framed and passed on by the stream rules,
+order); the ``Data`` events' bytes are framed, and each event is passed on as soon as it is
+framed, by the stream rules:
 byte for byte what the reader thread of :func:`~.sse.event_source` hands httpx.
 Any other shape (HTTP/2, TLS inside TLS, a custom transport or network backend, a
 compressed body) keeps the reader thread per stream.
@@ -53,7 +54,7 @@ from .._stream.limits import StreamLimits
 from .._stream.pipeline import BodyFeed
 from .._stream.socket_feed import socket_stream
 from .._stream.stream import GuardedStream, budgets_to_watch
-from .._stream.wire import EventWatch
+from .._stream.wire import EventWatch, is_activity
 from .body import Shutter
 from .cores import ClassLookup, pooled_body
 
@@ -92,6 +93,7 @@ def fed_events(
         budgets=budgets_to_watch(None),
         explicit=None,
         on_timeout=framing.stop,  # shuts the socket from outside
+        active=is_activity,
     )
     return guarded, framing.close_connection
 

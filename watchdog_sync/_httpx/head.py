@@ -48,6 +48,7 @@ import weakref
 from typing import Any, Callable, Iterator, Optional
 
 from .._core.budget import Budget, _noop
+from .._core.forks import process_local
 from .._http.resolve import addresses_bounded, is_ip_literal
 from .._http.shutter import SocketSet
 
@@ -129,9 +130,9 @@ class HeadGuard:
         unregister()
 
 
-HEAD: contextvars.ContextVar[Optional[HeadGuard]] = contextvars.ContextVar(
-    "watchdog_sync_httpx_head", default=None
-)
+HEAD: contextvars.ContextVar[Optional[HeadGuard]] = process_local(
+    contextvars.ContextVar("watchdog_sync_httpx_head", default=None)
+)  # a child forked while a head is read is not that request's (:mod:`.._core.forks`)
 
 
 @contextlib.contextmanager

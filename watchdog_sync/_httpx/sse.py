@@ -1,24 +1,26 @@
 """An event stream read through HTTPXTransport on a reader thread of its own.
 
-The reader thread of a guarded SDK stream frames the raw body with
-:class:`~.framing.EventFramer` and hands on whole events only, read by the one
-set of stream rules (:mod:`~.._stream.wire`): events that are not activity
-(comments, data-less events, pings) are held back and handed on in front of
-the next data event (so the SDK still sees every byte that matters), which is
-what lets the idle watchdog end a stream that only pings; a known format cut
-before its terminal event raises ``StreamProtocolError('no_finish_reason')``.
+The reader thread of a guarded SDK stream decodes a compressed body
+(:mod:`~.._stream.coding`), frames it with :class:`~.framing.EventFramer` and
+hands on every whole event as soon as it is framed, read by the one set of
+stream rules (:mod:`~.._stream.wire`): events that are not activity (comments,
+data-less events, Anthropic's keep-alive) are handed on too but never restart
+the idle clock, which is what lets the idle watchdog end a stream that only
+pings; a known format cut before its terminal event raises
+``StreamProtocolError('no_finish_reason')``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional, Protocol
 
+from .._stream.coding import StreamDecoder, is_identity
 from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits
 from .._stream.stream import GuardedStream, guard_source
-from .._stream.wire import EventWatch, Gate
+from .._stream.wire import EventWatch, Gate, is_activity
 
-__all__ = ["Stopper", "event_source", "threaded_events"]
+__all__ = ["Stopper", "decoded_here", "event_source", "first_events", "threaded_events"]
 
 
 class Stopper(Protocol):
@@ -34,37 +36,41 @@ class Stopper(Protocol):
 
 def event_source(
     pieces: Iterator[bytes],
-    framer: Optional[EventFramer],
+    framer: EventFramer,
     watch: EventWatch,
     release: Callable[[], None],
+    content_encoding: str = "identity",
 ) -> Iterator[bytes]:
-    """The body as whole events, each data event carrying the held-back events before it.
+    """The body as whole events, each handed on as soon as it is framed.
 
-    Without a framer (a compressed body, which cannot be framed before httpx
-    decodes it) every raw piece is activity. ``release`` runs when the
-    generator ends, whichever way (in the reader thread that iterates it).
+    A body sent with a ``content_encoding`` is decoded first (the caller tells
+    httpx it is not encoded any more); one this cannot decode raises at the
+    first read. ``release`` runs when the generator ends, whichever way (in the
+    reader thread that iterates it).
     """
     try:
-        if framer is None:
-            yield from pieces
-            return
+        decoder = None if is_identity(content_encoding) else StreamDecoder(content_encoding)
         pass_on = Gate(framer, watch.note).pass_on
         for piece in pieces:
-            items, failure = pass_on(piece)
-            yield from items
-            if failure is not None:
-                raise failure
+            for payload in (piece,) if decoder is None else decoder.pieces(piece):
+                items, failure = pass_on(payload)
+                yield from items
+                if failure is not None:
+                    raise failure
         watch.end()
+        if decoder is not None:
+            decoder.finish()
     finally:
         release()
 
 
 def threaded_events(
     inner: Any,
-    framer: Optional[EventFramer],
+    framer: EventFramer,
     watch: EventWatch,
     shutter: Stopper,
     limits: StreamLimits,
+    content_encoding: str = "identity",
 ) -> GuardedStream[bytes]:
     """The guarded events of the body ``inner`` (httpx's stream), read by a thread of their own.
 
@@ -82,5 +88,33 @@ def threaded_events(
             close()
         inner.close()
 
-    source = event_source(pieces, framer, watch, let_go)
-    return guard_source(source, source, limits, on_timeout=shutter.shut)
+    source = event_source(pieces, framer, watch, let_go, content_encoding)
+    return guard_source(source, source, limits, on_timeout=shutter.shut, active=is_activity)
+
+
+def decoded_here(response: Any) -> str:
+    """``response``'s Content-Encoding when its event stream is compressed (else ``""``),
+    taken off its headers: the reader thread decodes the body, httpx must not again."""
+    encoding: str = response.headers.get("content-encoding", "")
+    if is_identity(encoding):
+        return ""
+    del response.headers["content-encoding"]
+    response.headers.pop("content-length", None)
+    return encoding
+
+
+def first_events(items: Iterator[bytes], cap: int) -> Optional[bytes]:
+    """The events up to and including the first that is activity, joined (``None``: the
+    stream ended first).
+
+    Until then the transport holds the response (a stream silent before its first
+    event may be sent again), so the events before it reach the SDK with it, at the
+    first moment the SDK can read anything. Past ``cap`` bytes of them, they are
+    returned as they are: that stream is not sent again.
+    """
+    head = bytearray()
+    for item in items:
+        head += item
+        if is_activity(item) or len(head) > cap:
+            return bytes(head)
+    return bytes(head) if head else None

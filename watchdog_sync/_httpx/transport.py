@@ -32,8 +32,10 @@ from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
 from .._core.errors import StreamIdleTimeout
 from .._core.events import event_fields, observed
+from .._core.redact import request_secrets
 from .._core.scope import boundary, joined_budget, using_budget
 from .._http import propagation as _propagation
+from .._http.environment import proxy_urls
 from .._retry.loop import in_retry_attempt
 from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits, stream_limits
@@ -53,7 +55,7 @@ from .head import head_phase
 from .http2 import h2_stream
 from .httpcore_hooks import bound_pool
 from .library import default_library, library_of
-from .sse import threaded_events
+from .sse import decoded_here, first_events, threaded_events
 
 if TYPE_CHECKING:
     import httpx2
@@ -281,7 +283,7 @@ class HTTPXTransport(_Base):
             may_resend = replayable and _may_resend(send, budget)
             try:
                 return self._guarded(
-                    response, request.method, budget, owner, release, started, send, may_resend
+                    response, request, budget, owner, release, started, send, may_resend
                 )
             except StreamIdleTimeout:  # raised only when it may be sent again
                 _resent(send, "no first event", budget)
@@ -313,7 +315,7 @@ class HTTPXTransport(_Base):
     def _guarded(
         self,
         response: Any,
-        method: str,
+        request: Any,
         budget: Budget,
         owner: Budget,
         release: Callable[[], None],
@@ -331,24 +333,28 @@ class HTTPXTransport(_Base):
         """
         shutter = Shutter(budget, socket_of(response))
         h2 = h2_stream(response, self._lib)  # HTTP/2: the stream is reset, its reader woken
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        framer = EventFramer(self._max_event_bytes) if encoding in ("", "identity") else None
-        watch = EventWatch()
+        encoding = decoded_here(response)  # a compressed body: decoded by the reader thread
+        framer = EventFramer(self._max_event_bytes)
+        # An error event's error masks every credential the request carried.
+        watch = EventWatch(request_secrets(request.headers, str(request.url), proxy_urls()))
         first = None
         if self._limits.first is not None:
             first = max(_FLOOR, self._limits.first - (time.monotonic() - started))
         limits = StreamLimits(self._limits.idle, first, first_named=True)  # what this send has left
         with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the one body reader
-            fed = fed_events(response, method, self._lib, framer, watch, shutter, limits)
+            plain = None if encoding else framer
+            fed = fed_events(response, request.method, self._lib, plain, watch, shutter, limits)
             if fed is None:
-                threaded = threaded_events(response.stream, framer, watch, h2 or shutter, limits)
+                threaded = threaded_events(
+                    response.stream, framer, watch, h2 or shutter, limits, encoding
+                )
                 fed = threaded, _noop
         guarded, close_connection = fed
         items = iter(guarded)
         failure: Optional[Exception] = None
         head = None
         try:
-            head = next(items, None)
+            head = first_events(items, self._max_event_bytes)
         except Exception as exc:
             guarded.close()
             close_connection()

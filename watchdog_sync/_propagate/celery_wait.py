@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type
 
 from .._core.budget import Budget
 from .._core.errors import Cancelled
+from .._core.phase import mark
 from .._core.scope import scoped_budget
 
 __all__ = ["enable", "record_sent"]
@@ -180,6 +181,7 @@ def _wrap_join(
         try:
             return original(self, *args, **kwargs)
         except Cancelled as exc:
+            mark(exc, "wait")
             if exc.reason == "deadline_exceeded":
                 _revoke(app, [member.id for member in self.results])
             raise
@@ -282,6 +284,7 @@ def _wait(
                 break  # the caller's own timeout, before the budget's end
             budget.sleep(min(_POLL, limit))  # Cancelled at the budget's end
     except Cancelled as exc:
+        mark(exc, "wait")
         if exc.reason == "deadline_exceeded":
             _revoke(app, ids())
         raise

@@ -19,6 +19,7 @@ import time
 from typing import Any, List
 
 from .._core.errors import WatchdogError
+from .._core.phase import in_phase
 from .._core.scope import scoped_budget
 from .lazy import import_ray
 
@@ -51,13 +52,15 @@ def get(refs: Any, *, cancel: bool = True) -> Any:
         if pending:
             if cancel:
                 cancel_unfinished(pending)
-            budget.check()
+            with in_phase("wait"):
+                budget.check()
     try:
         values = ray.get(wanted)
     except ray.exceptions.RayTaskError as exc:
         raise unwrapped(exc) from exc
     if budget is not None:
-        budget.check()  # fetching the values cannot be cut: a fetch that ended late is no success
+        with in_phase("wait"):  # fetching the values cannot be cut: ended late is no success
+            budget.check()
     return values[0] if single else values
 
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Size
 
 from .._core.durations import Duration, validate_duration
 from .._core.errors import DeadlineExceeded
+from .._core.phase import in_phase
 from .._core.scope import scoped_budget
 from .._sample.outcome import failure_reason, safe_text
 from .._sample.run import SampleResult, run_sample
@@ -238,7 +239,10 @@ class _Run:
                 else:
                     yield slot.index, self._overran(slot)
         if budget is not None:
-            budget.check()  # the enclosing scope ended: the runners are killed on the way out
+            with in_phase(
+                "wait"
+            ):  # the enclosing scope ended: the runners are killed on the way out
+                budget.check()
 
     def _finished(self, slot: _Slot) -> SampleResult[Any]:
         ray = self._ray
@@ -263,6 +267,7 @@ class _Run:
         error = DeadlineExceeded(
             f"sample {slot.index} did not return within its timeout of {slot.timeout:.2f}s "
             f"plus {KILL_GRACE:g}s; its Ray worker was killed",
+            phase="wait",
             stage=STAGE,
             elapsed=elapsed,
             remaining=0.0,

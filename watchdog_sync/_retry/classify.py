@@ -29,6 +29,7 @@ from .._core.errors import (
     DeadlineExceeded,
     HTTPStatusError,
     OperationCancelled,
+    OperationTimeout,
     RetryExhausted,
     StreamIdleTimeout,
     StreamProtocolError,
@@ -57,7 +58,8 @@ class Classification:
     ``kind`` is one of ``'cancelled'``, ``'deadline'``, ``'timeout'``,
     ``'transport'``, ``'http'``, ``'protocol'``, ``'exhausted'``,
     ``'programming'``, ``'unknown'``; ``reason`` a stable code; ``retryable`` whether another
-    attempt (within the same budget) could help.
+    attempt (within the same budget) could help; ``phase`` where a timeout found the work
+    (``DeadlineExceeded.phase`` / ``OperationTimeout.phase``), else ``None``.
     """
 
     kind: str
@@ -66,6 +68,7 @@ class Classification:
     transport_code: Optional[str] = None
     status: Optional[int] = None
     retry_after: Optional[float] = None
+    phase: Optional[str] = None
 
 
 _ERRNO_CODES = {
@@ -148,10 +151,14 @@ def _classify(exc: BaseException) -> Classification:
     if isinstance(exc, (Cancelled, OperationCancelled, KeyboardInterrupt, SystemExit)):
         return Classification("cancelled", "cancelled", False)
     if isinstance(exc, DeadlineExceeded):
-        return Classification("deadline", "deadline_exceeded", False)
+        return Classification("deadline", "deadline_exceeded", False, phase=exc.phase)
     if isinstance(exc, StreamIdleTimeout):
         return Classification(
-            "timeout", exc.reason, exc.chunks_received == 0 and exc.retryable, "ETIMEDOUT"
+            "timeout",
+            exc.reason,
+            exc.chunks_received == 0 and exc.retryable,
+            "ETIMEDOUT",
+            phase=exc.phase,
         )
     status = _find_status(exc)
     if status is not None and status[0] not in RETRYABLE_STATUS:
@@ -203,7 +210,8 @@ def _own(exc: WatchdogError) -> Classification:
         kind = "exhausted"
     else:
         kind = "timeout" if isinstance(exc, TimeoutError) else "unknown"
-    return Classification(kind, exc.reason, bool(exc.retryable))
+    phase = exc.phase if isinstance(exc, OperationTimeout) else None
+    return Classification(kind, exc.reason, bool(exc.retryable), phase=phase)
 
 
 def _http(exc: BaseException, status: int, body: str, headers: Mapping[str, str]) -> Classification:

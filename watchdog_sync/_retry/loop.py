@@ -21,7 +21,9 @@ from .._core.budget import Budget
 from .._core.calls import CallMark
 from .._core.errors import Cancelled, DeadlineExceeded, RetryExhausted, WatchdogError
 from .._core.events import Event, emit, event_fields
+from .._core.phase import in_phase
 from .._core.redact import describe
+from .attempt import Attempt
 from .budget import RetryBudget
 from .policy import RetryPolicy, checked_policy
 
@@ -65,6 +67,9 @@ def retry_call(
         fn: the operation; an attempt fails when it raises an ``Exception``.
         policy: the :class:`RetryPolicy`; by default 6 attempts (or
             ``WATCHDOG_SYNC_MAX_ATTEMPTS``), backoff ``1.5 * 2**n`` s ±25 %.
+            Its ``attempt_timeout`` bounds each attempt: one that reaches it
+            fails with ``OperationTimeout(reason='attempt_timeout')``, retried
+            like any retryable failure.
         budget: a :class:`Budget` to run under, joined with the current scope's
             (the tighter wins); by default the current scope's budget.
         stage: a name for events and errors.
@@ -184,8 +189,15 @@ class _Loop:
                     self.policy.retry_budget.deposit()
                 self._emit("attempt_start")
                 token = _IN_ATTEMPT.set(True)
+                attempt = Attempt(
+                    self.budget,
+                    self.policy.attempt_timeout,
+                    number=self.attempts,
+                    stage=self.stage,
+                )
                 try:
-                    result = fn(*args, **kwargs)
+                    with attempt:
+                        result = fn(*args, **kwargs)
                 except Exception as exc:
                     self.last = exc
                 else:
@@ -231,7 +243,8 @@ class _Loop:
             self._emit("give_up", reason="retry_budget_exhausted")
             raise self._refused(error, retry_budget) from error
         self._emit("backoff", reason=info.reason, delay_ms=delay * 1000.0)
-        self.budget.sleep(delay)
+        with in_phase("backoff"):
+            self.budget.sleep(delay)
 
     def _exhausted(self, error: Exception) -> RetryExhausted:
         return RetryExhausted(
@@ -264,6 +277,7 @@ class _Loop:
             "Give the call a larger timeout (timeout=..., deadline(...)) if the work needs it",
             attempts=self.attempts,
             last_error=error,
+            phase="backoff",
             **self._fields(),
         )
 

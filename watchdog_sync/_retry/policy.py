@@ -61,6 +61,7 @@ class _PolicyFields:
     retry_budget: Optional[RetryBudget]
     max_retry_after: float
     random: Callable[[], float]
+    attempt_timeout: Optional[float]
 
 
 class RetryPolicy(_PolicyFields):
@@ -95,6 +96,18 @@ class RetryPolicy(_PolicyFields):
         max_retry_after: cap on a ``Retry-After`` wait, in seconds.
         random: a source of floats in ``[0, 1)`` for the jitter (pass
             ``random.Random(seed).random`` for repeatable waits).
+        attempt_timeout: seconds each attempt may take (Envoy's
+            ``per_try_timeout``); ``None`` (the default) or ``inf``: no limit
+            of its own. Each attempt runs in a child of the call's budget; when
+            an attempt reaches the limit, its sockets are shut and its waits end
+            as for a deadline, and it fails with
+            ``OperationTimeout(reason='attempt_timeout')``, retryable like any
+            other failure: within the call's budget, never past it (the call's
+            own end is still ``DeadlineExceeded``). An attempt that returned in
+            time has committed: a stream it opened (``ChatClient.stream``: the
+            request up to the first chunk) lives on under the call's budget.
+            An attempt that returns only after its limit (work nothing could
+            interrupt) fails the same way. ``0`` or less: ``ValueError``.
 
     The waits are not limits and cannot be off: each is a finite number of
     seconds ``>= 0`` (``0`` retries at once), more than 7 days is clamped to
@@ -117,6 +130,7 @@ class RetryPolicy(_PolicyFields):
         retry_budget: Optional[RetryBudget] = None,
         max_retry_after: Duration = 60.0,
         random: Callable[[], float] = _random.random,
+        attempt_timeout: Optional[Duration] = None,
     ) -> None:
         given: Dict[str, Any] = {
             "max_attempts": max_attempts,
@@ -129,6 +143,7 @@ class RetryPolicy(_PolicyFields):
             "retry_budget": retry_budget,
             "max_retry_after": max_retry_after,
             "random": random,
+            "attempt_timeout": attempt_timeout,
         }
         if args:
             _positional(args, given)
@@ -166,6 +181,8 @@ class RetryPolicy(_PolicyFields):
             extras += f", classify={_name(self.classify)}"
         if self.random is not _random.random:
             extras += f", random={_name(self.random)}"
+        if self.attempt_timeout is not None:
+            extras += f", attempt_timeout={self.attempt_timeout}"
         return (
             f"RetryPolicy(max_attempts={self.max_attempts}, initial_backoff={self.initial_backoff}, "
             f"multiplier={self.multiplier}, max_backoff={self.max_backoff}, jitter={self.jitter}, "
@@ -221,6 +238,7 @@ def _validated(
     retry_budget: Any,
     max_retry_after: Any,
     random: Any,
+    attempt_timeout: Any,
 ) -> Dict[str, Any]:
     """Every check of a policy's arguments, in one place; returns the normalised fields."""
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
@@ -254,6 +272,7 @@ def _validated(
         "retry_budget": retry_budget,
         "max_retry_after": _seconds(max_retry_after, "max_retry_after"),
         "random": random,
+        "attempt_timeout": validate_duration(attempt_timeout, "attempt_timeout", allow_zero=False),
     }
 
 

@@ -99,13 +99,18 @@ def ended(
     *,
     note: str = "",
     abandoned: bool = False,
+    phase: Optional[str] = None,
 ) -> Outcome:
-    """The sample's own budget ended: a timeout, or a cancel by ``fn`` itself."""
+    """The sample's own budget ended: a timeout, or a cancel by ``fn`` itself.
+
+    ``phase``: ``'wait'`` when the caller's wait for the sample ended it (a worker
+    abandoned, a child process killed)."""
     reason = "deadline_exceeded" if cause[1] == "deadline_exceeded" else "cancelled"
     if isinstance(error, (DeadlineExceeded, OperationCancelled)) and error.reason == reason:
         return Outcome(error=error, reason=reason, abandoned=abandoned)  # the scope's own error
     describable = _str_works(error)  # error_for puts str(error) into its message
-    made = error_for(Cancelled(cause[0], cause[1]), last_error=error if describable else None)
+    signal = Cancelled(cause[0], cause[1], phase=phase)
+    made = error_for(signal, last_error=error if describable else None)
     if note or not describable:
         late = "" if error is None or describable else f"; last error: {_text(error)}"
         tail = f"; {note}" if note else ""
@@ -132,6 +137,7 @@ def _rebuilt(made: WatchdogError, message: str, last: Optional[BaseException]) -
             message,
             attempts=made.attempts,
             last_error=last,
+            phase=made.phase,
             stage=made.stage,
             elapsed=made.elapsed,
             remaining=made.remaining,

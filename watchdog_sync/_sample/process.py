@@ -111,7 +111,9 @@ def run_in_process(context: Any, budget: Budget, real_deadline: float, payload: 
         return Outcome(error=ChildProcessError(_exit_text(exitcode)), reason="process_exited")
     cause = budget.end_cause() or (budget, "deadline_exceeded")
     stop_if_outer(budget, cause)
-    return ended(cause, note="the child process was killed", abandoned=exitcode is None)
+    return ended(
+        cause, note="the child process was killed", abandoned=exitcode is None, phase="wait"
+    )
 
 
 def _end_leftovers(pid: Optional[int], kind: str, report: Optional[Payload]) -> None:

@@ -3,9 +3,11 @@
 The caller waits on the worker with a bounded wait. At the deadline every
 library wait in the worker raises ``Cancelled``, which the worker's scope turns
 into ``DeadlineExceeded``; a worker stuck where the library cannot reach it
-(pure CPU, a C call, ``time.sleep``) gets :data:`JOIN_GRACE` more, and is then
-*abandoned*: reported, counted by :func:`abandoned_workers`, logged once as a
-warning, and left to finish on its own (its late outcome is discarded).
+(pure CPU, a C call, ``time.sleep``, a socket read of a client the library does
+not bound) gets :data:`JOIN_GRACE` more, and is then *abandoned*: reported,
+counted by :func:`abandoned_workers`, logged once as a warning that names the
+likely cause (``stuck.py``), and left to finish on its own (its late outcome is
+discarded).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from .._core.budget import Budget
 from .._core.scope import boundary
 from .outcome import Cause, Outcome, ended, settle, stop_if_outer
+from .stuck import advice
 
 __all__ = ["JOIN_GRACE", "THREAD_PREFIX", "abandoned_workers", "run_in_thread"]
 
@@ -116,25 +119,26 @@ class _Worker:
                 time.monotonic() - self.started,
             )
 
-    def abandon(self, why: str) -> bool:
-        """Mark the worker abandoned unless it has just finished; True if it was."""
+    def abandon(self, why: str) -> Optional[str]:
+        """Mark the worker abandoned unless it has just finished; if it was, return what to
+        do about it (read from where it is stuck), else None."""
         global _abandoned_alive
         with _lock:
             if self.finished:
-                return False
+                return None
             self.abandoned = True
             _abandoned_alive += 1
             alive = _abandoned_alive
+        remedy = advice(self.thread)
         _log.warning(
-            "watchdog_sync: sample worker %r was abandoned: %s. It is stuck in code the library "
-            "cannot interrupt (pure CPU, a C call, time.sleep) and keeps running until that "
-            "returns (%d abandoned worker(s) alive); use run_sample(..., isolate='process') to "
-            "have such samples killed",
+            "watchdog_sync: sample worker %r was abandoned: %s; %s. It keeps running until "
+            "that returns (%d abandoned worker(s) alive)",
             self.thread.name,
             why,
+            remedy,
             alive,
         )
-        return True
+        return remedy
 
 
 def run_in_thread(
@@ -151,7 +155,7 @@ def run_in_thread(
     wake = threading.Event()
     worker = _Worker(budget, real_deadline, fn, args, kwargs, wake)
     unregister = budget.on_done(lambda _ended: wake.set())
-    abandoned = False
+    remedy: Optional[str] = None
     why = "the caller was interrupted"
     try:
         worker.thread.start()
@@ -164,15 +168,16 @@ def run_in_thread(
         unregister()
         if worker.thread.ident is not None and not worker.done.is_set():
             budget.cancel("cancelled")  # we leave (deadline or an interrupt): stop what we can
-            abandoned = worker.abandon(why)
-    if abandoned:
+            remedy = worker.abandon(why)
+    if remedy is not None:
         cause = budget.end_cause() or (budget, "deadline_exceeded")
         stop_if_outer(budget, cause)
         return ended(
             cause,
             note=f"worker thread {worker.thread.name!r} could not be interrupted and was "
-            "abandoned (use isolate='process' to have such samples killed)",
+            f"abandoned: {remedy}",
             abandoned=True,
+            phase="wait",
         )
     stop_if_outer(budget, worker.cause)
     return settle(worker.cause, returned=worker.returned, value=worker.value, error=worker.error)

@@ -4,7 +4,8 @@ Every socket-backed event stream (``stream_sse`` and ``ChatClient`` over http.cl
 httpx transport's HTTP/1.1 streams over h11) is read by one :class:`BodyFeed`, in its
 consumer's thread, one read at a time (:class:`~.socket_feed.SocketFeed` asks). Each read:
 the body's :class:`Framing` makes payload bytes, the :class:`~.framing.EventFramer` splits
-and bounds the events, the stream rules' :class:`~.wire.Gate` passes them on, ``parse``
+and bounds the events, the stream rules' :class:`~.wire.Gate` reads each
+of them, ``parse``
 makes the items. Only the :class:`Framing` differs between the two HTTP stacks. A stream's
 bytes cost only its own consumer, linearly; a flood of comments meets its own first-event
 and idle limits (the bytes that came with the headers included: one read's worth at most).

@@ -58,6 +58,7 @@ class SocketFeed(Generic[T]):
         explicit: Optional[Budget],
         on_timeout: Optional[Callable[[], object]],
         clock: Clock,
+        active: Optional[Callable[[T], bool]] = None,
     ) -> None:
         self._lock = threading.Lock()
         self._woken = threading.Condition(self._lock)  # waited on only with no body attached
@@ -77,6 +78,7 @@ class SocketFeed(Generic[T]):
             clock=clock,
             wake=self._wake,
             unblock=self._unblock,
+            active=active,
         )
 
     def start(self) -> None:
@@ -115,7 +117,7 @@ class SocketFeed(Generic[T]):
             self.body_ended(exc, completed=False)
 
     def _next(self, watch: StreamWatch) -> Optional[Iterator[T]]:
-        wait_from: Optional[float] = None
+        wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
         while True:
             body: Optional[Body] = None
             timeout = 0.0
@@ -124,7 +126,7 @@ class SocketFeed(Generic[T]):
                 if not watch.ended(now):
                     if self._pending:
                         batch, self._pending = self._pending, []
-                        return watch.hand_out(batch)
+                        return watch.hand_out(batch, wait_from)
                     if not self._done:
                         if wait_from is None:
                             wait_from = now
@@ -136,7 +138,7 @@ class SocketFeed(Generic[T]):
                                 continue
                             self._reading = True
             if body is not None:
-                items = self._pull(body, timeout)
+                items = self._pull(body, timeout, wait_from)
                 if items is not None:
                     return items
                 continue
@@ -154,7 +156,9 @@ class SocketFeed(Generic[T]):
         error, self._error = self._error, None
         return error
 
-    def _pull(self, body: Body, timeout: float) -> Optional[Iterator[T]]:
+    def _pull(
+        self, body: Body, timeout: float, wait_from: Optional[float]
+    ) -> Optional[Iterator[T]]:
         """One read of ``body``; its items, unless it brought none or the stream ended."""
         watch = self._watch
         items: List[T] = []
@@ -169,7 +173,7 @@ class SocketFeed(Generic[T]):
             return None
         if watch.first_item():
             watch.announce_first()
-        return watch.hand_out(items)
+        return watch.hand_out(items, wait_from)
 
     # -- the body's side -------------------------------------------------------
 
@@ -264,6 +268,7 @@ def socket_stream(
     explicit: Optional[Budget],
     on_timeout: Optional[Callable[[], object]],
     clock: Clock = MONOTONIC,
+    active: Optional[Callable[[T], bool]] = None,
 ) -> GuardedStream[T]:
     """The guarded stream whose consumer runs ``opener`` at its first ``next()``, then reads
     the body it attaches."""
@@ -274,5 +279,6 @@ def socket_stream(
         explicit=explicit,
         on_timeout=on_timeout,
         clock=clock,
+        active=active,
     )
     return started(feed, feed.start)

@@ -4,9 +4,9 @@ The request runs in the consumer's thread at its first ``next()``; after the
 headers, the consumer's thread reads the socket itself for the stream's whole
 life, each read bounded by its wait, and decodes, frames and parses the events
 (``sse_feed.py``, ``pipeline.py``): the consumer only receives finished
-``sseclient.Event`` objects. Only events with data count as activity; SSE
-comments (``: keep-alive``) and data-less events do not, so a gateway that only
-pings still times out.
+``sseclient.Event`` objects. Only events with data count as activity (the
+stream rules, ``wire.py``); SSE comments (``: keep-alive``), data-less events and
+Anthropic's keep-alive do not, so a gateway that only pings still times out.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from .._core.config import (
 )
 from .._core.durations import Duration
 from .._core.events import event_fields, observed
-from .._core.redact import clean_headers, header_secrets, url_secrets
+from .._core.redact import clean_headers, request_secrets
 from .._core.scope import current_budget
+from .._http.environment import proxy_urls
 from .._http.http import Session
 from .._http.translate import Translator
 from . import sse_feed
@@ -35,6 +36,7 @@ from .framing import EventFramer
 from .limits import StreamLimits, stream_limits
 from .socket_feed import socket_stream
 from .stream import GuardedStream, StreamStats, budgets_to_watch
+from .wire import is_parsed_activity
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEStream", "open_sse", "stream_sse"]
 
@@ -167,6 +169,10 @@ def stream_sse(
     Returns:
         An :class:`SSEStream` of ``sseclient.Event`` objects.
 
+    Every event with data is yielded as soon as it is parsed, in order; Anthropic's
+    keep-alive (``event: ping``, data ``{"type": "ping"}``) is yielded too but is no
+    activity: it never restarts the idle limit.
+
     Errors (all :class:`WatchdogError`): :class:`StreamIdleTimeout` when no data
     event arrives in time (the connection is shut from outside first);
     :class:`HTTPStatusError` for a non-2xx answer (a redirect of a POST, or of any
@@ -237,7 +243,9 @@ def open_sse(
         "Cache-Control": "no-cache",
     }
     request_headers.update(clean_headers(headers or {}))
-    errors = translator or Translator((*header_secrets(request_headers), *url_secrets(url)))
+    errors = translator or Translator(
+        tuple(request_secrets(request_headers, url, proxy_urls(session)))
+    )
 
     # The reader reaches the stream weakly: a stream its consumer dropped (``break``
     # without close()) is collected, and the guard then shuts the connection.
@@ -268,6 +276,7 @@ def open_sse(
                 budgets=budgets_to_watch(budget),
                 explicit=budget,
                 on_timeout=stop,
+                active=is_parsed_activity,
             )
     except BaseException as exc:
         if mark is not None:

@@ -239,8 +239,12 @@ def guard_source(
     budget: Optional[Budget] = None,
     max_buffered: int = DEFAULT_MAX_BUFFERED,
     clock: Clock = MONOTONIC,
+    active: Optional[Callable[[T], bool]] = None,
 ) -> GuardedStream[T]:
-    """:func:`guard_stream` below the public edge: the arguments checked, the limits resolved."""
+    """:func:`guard_stream` below the public edge: the arguments checked, the limits resolved.
+
+    ``active`` tells the items that restart the idle clock (``None``: every one does).
+    """
     feed: ThreadFeed[T] = ThreadFeed(
         limits=limits,
         budgets=budgets_to_watch(budget),
@@ -248,6 +252,7 @@ def guard_source(
         on_timeout=on_timeout,
         max_buffered=max_buffered,
         clock=clock,
+        active=active,
     )
     return started(feed, lambda: feed.start(source, iterator))
 

@@ -52,6 +52,7 @@ class ThreadFeed(Generic[T]):
         on_timeout: Optional[Callable[[], object]],
         max_buffered: int,
         clock: Clock,
+        active: Optional[Callable[[T], bool]] = None,
     ) -> None:
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
@@ -75,6 +76,7 @@ class ThreadFeed(Generic[T]):
             clock=clock,
             wake=self._wake,
             unblock=self._unblock,
+            active=active,
         )
 
     def start(self, source: Iterable[T], iterator: Iterator[T]) -> None:
@@ -185,7 +187,7 @@ class ThreadFeed(Generic[T]):
         """
         watch = self._watch
         watch.begin_batch()
-        wait_from: Optional[float] = None
+        wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
         while True:
             outcome, wait_from = self._poll(wait_from)
             if outcome is not None:
@@ -222,7 +224,7 @@ class ThreadFeed(Generic[T]):
                     del buf[:count]
                     if self._reader_waiting:  # room again, also when it filled while we waited
                         self._not_full.notify()
-                    return watch.hand_out(batch), wait_from
+                    return watch.hand_out(batch, wait_from), wait_from
                 if self._reader_done:
                     return None, wait_from
                 if wait_from is None:

@@ -23,6 +23,7 @@ from .._core.clock import Clock
 from .._core.config import ENV_IDLE_TIMEOUT
 from .._core.errors import Cancelled, StreamIdleTimeout
 from .limits import StreamLimits
+from .wire import Activity
 
 __all__ = ["StreamStats", "StreamWatch"]
 
@@ -65,6 +66,7 @@ class StreamWatch:
         clock: Clock,
         wake: Callable[[], None],
         unblock: Callable[[], None],
+        active: Optional[Callable[[Any], bool]] = None,
     ) -> None:
         self._lock = threading.Lock()  # the end: recorded once
         self._wake = wake
@@ -88,6 +90,8 @@ class StreamWatch:
         self.stopping = False
         self._budget_ended = False
         self.taken = 0  # items in the batches before the current one (the consumer's own)
+        # Which of them were activity, and since when only items that are not came.
+        self.activity = Activity(active)
         # (items before, batch, the batch's countdown): one tuple, replaced whole.
         self._current: Tuple[int, List[Any], Iterator[Any]] = (0, [], _USED_UP)
         self.clock = clock
@@ -122,7 +126,7 @@ class StreamWatch:
 
     def idle_left(self, wait_from: float, now: float) -> float:
         """Seconds until the idle (or first-item) limit; ``inf`` when disabled."""
-        if self.taken == 0:
+        if self.activity.chunks == 0:
             return math.inf if self._first is None else self.created + self._first - now
         return math.inf if self._idle is None else wait_from + self._idle - now
 
@@ -132,7 +136,7 @@ class StreamWatch:
 
     def first_item_left(self) -> Optional[float]:
         """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
-        if self._first is None or self.taken:
+        if self._first is None or self.activity.chunks:
             return None
         return self.created + self._first - self.now()
 
@@ -158,7 +162,7 @@ class StreamWatch:
         now = self.now()
         if self.idle_left(wait_from, now) > 0:
             return
-        first_phase = self.taken == 0
+        first_phase = self.activity.chunks == 0
         limit = self._first if first_phase else self._idle
         assert limit is not None
         waited = now - (self.created if first_phase else wait_from)
@@ -168,14 +172,14 @@ class StreamWatch:
             what = f"no first item within {waited:.2f}s of opening the stream"
             knob = "first_item_timeout=" if self._first_named else "idle_timeout="
         else:
-            what = f"no stream activity for {waited:.2f}s after {self.taken} chunks"
+            what = f"no stream activity for {waited:.2f}s after {self.activity.chunks} chunks"
             knob = "idle_timeout="
         raise StreamIdleTimeout(
             f"{what} (limit {limit:g}s, stream open {lifetime:.2f}s); if the source is "
             f"legitimately this slow, raise {knob} (or the {ENV_IDLE_TIMEOUT} environment "
             "variable)",
             idle_timeout=limit,
-            chunks_received=self.taken,
+            chunks_received=self.activity.chunks,
             stream_lifetime=lifetime,
             stage=self.stage,
             elapsed=lifetime,
@@ -255,10 +259,12 @@ class StreamWatch:
         self.taken = taken = before + len(batch)
         self._current = (taken, [], _USED_UP)
 
-    def hand_out(self, batch: List[Any]) -> Iterator[Any]:
-        """The iterator the consumer takes ``batch`` through, counted as it goes."""
+    def hand_out(self, batch: List[Any], waited_from: Optional[float]) -> Iterator[Any]:
+        """The iterator the consumer takes ``batch`` through, counted as it goes; the consumer
+        waited for it since ``waited_from`` (``None``: it found it buffered)."""
         items = iter(batch)
         self._current = (self.taken, batch, items)
+        self.activity.took(batch, waited_from, self.now())
         return items
 
     def all_handed_out(self) -> bool:

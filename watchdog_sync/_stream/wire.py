@@ -1,34 +1,44 @@
 """The stream rules, written once: what is activity, what ends a stream, what an error event says.
 
 Every guarded event stream (``stream_sse``, ``ChatClient``, the httpx
-transport's streams, in the consumer's thread, on the shared reader or on a reader
-thread) reads its
-whole events through this module, so the rules cannot drift apart:
+transport's streams, compressed or not) reads its events through this module,
+so the rules cannot drift apart:
 
-- **Activity.** An event is activity when it carries data and is not an
-  Anthropic ``ping``. SSE comments (``: keep-alive``), data-less events and
-  pings are not: they never reset an idle limit, so a gateway that only pings
-  still times out (:func:`is_activity`).
-- **The terminal event** tells a whole stream from a cut one (:class:`EventWatch`):
-  OpenAI chat completions end with ``[DONE]`` or a chunk with a ``finish_reason``;
-  Anthropic Messages with ``message_stop``; the OpenAI Responses API with
-  ``response.completed`` (or ``.incomplete`` / ``.failed``); the Gemini API
-  (``:streamGenerateContent?alt=sse``, no ``[DONE]``) with a candidate whose
-  ``finishReason`` is set (or a ``promptFeedback`` with a ``blockReason``: the
-  prompt was refused). A stream in one of
-  these formats that ends without it is ``StreamProtocolError('no_finish_reason')``
-  (:func:`no_finish_reason`), retryable only while nothing was delivered.
+- **Activity.** An event that carries data is activity. SSE comments
+  (``: keep-alive``), data-less events and Anthropic's keep-alive (``event:
+  ping`` whose data is the JSON object ``{"type": "ping"}``) are not
+  (:func:`is_activity`, :func:`is_keepalive`); a generic server's event named
+  ``ping`` that carries other data is the caller's data, and is activity.
+- **Nothing is held back or dropped.** Every event is handed on in order as soon
+  as it is parsed (:class:`Gate`); one that is not activity simply does not
+  restart the idle clock (:class:`Activity`, which the consumer's side keeps), so
+  a gateway that only pings still times out.
+- **An event's name** is its last ``event:`` line (the SSE spec, as sseclient-py
+  and the SDKs read it).
+- **The terminal event**, read from the parsed event, never by searching bytes
+  (:class:`EventWatch`, asked by the transport and by ``ChatClient`` alike):
+  OpenAI (chat completions, legacy completions): every choice index that
+  appeared has received a ``finish_reason``; ``[DONE]`` before that, ``[DONE]``
+  with no chunk, or an end without it is ``no_finish_reason``; a usage-only chunk
+  with no choices is fine. Anthropic Messages: ``message_stop``; the OpenAI
+  Responses API: ``response.completed`` (or ``.incomplete`` / ``.failed``);
+  Gemini (``:streamGenerateContent?alt=sse``, no ``[DONE]``): a response whose
+  top-level ``candidates[].finishReason`` or ``promptFeedback.blockReason`` is
+  set. A stream in one of these formats that ends without it is
+  ``StreamProtocolError('no_finish_reason')`` (:func:`no_finish_reason`),
+  retryable only while nothing was delivered.
 - **Error events** (an Anthropic ``event: error``, an OpenAI ``{"error": ...}``
   object sent inside a stream, a Gemini ``{"error": {"code", "message",
   "status"}}`` payload) become one error (:func:`error_event`): an
   :class:`HTTPStatusError` with the status the provider means, retryable by the
   status table only while no event was delivered; else
   ``StreamProtocolError(reason='stream_error')``.
-- **Text.** A data event that is not valid UTF-8 is
+- **Text.** An event that is not valid UTF-8 is
   ``StreamProtocolError('malformed_event')`` (not retryable), as ``stream_sse``
   says of one: no SDK gets to decode it with replacement characters.
 - **The event cap** is the framer's (:class:`~.framing.EventFramer`), checked by the
-  :class:`Gate` every path reads its payload through.
+  :class:`Gate` every path reads its payload through; a compressed stream is
+  framed after it is decoded (:mod:`.coding`), within the same cap.
 
 Events arrive here as the framer hands them on: bytes ending in ``b"\\n\\n"``,
 line endings normalised to ``b"\\n"``.
@@ -38,7 +48,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .._core.errors import StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
@@ -48,195 +58,271 @@ from .._retry.foreign import provider_error_status
 from .framing import EventFramer
 
 __all__ = [
-    "PING",
+    "Activity",
     "EventWatch",
     "Gate",
     "describe_error",
     "error_event",
     "is_activity",
+    "is_done",
+    "is_keepalive",
+    "is_parsed_activity",
     "no_finish_reason",
 ]
 
-PING = "ping"
-
-_FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
-# Gemini: a candidate's finishReason, or a refused prompt's promptFeedback.blockReason.
-_GEMINI_FINISH = re.compile(rb'"(?:finishReason|blockReason)"\s*:\s*"')
-# A Gemini error payload in a data event: ``data: {"error": {... "status": "UNAVAILABLE"}}``.
-_ERROR_DATA = re.compile(rb'^data: ?\{\s*"error"\s*:')
+_KEEPALIVE = {"type": "ping"}
+_NAME_LINE = re.compile(r"^event(?:: ?(.*))?$", re.MULTILINE)
+_DATA_LINE = re.compile(r"^data(?:: ?(.*))?$", re.MULTILINE)
 _GRPC_STATUS = re.compile(r"^[A-Z][A-Z_]+$")
 _ANTHROPIC_EVENTS = frozenset(
     {
-        b"message_start",
-        b"message_delta",
-        b"content_block_start",
-        b"content_block_delta",
-        b"content_block_stop",
+        "message_start",
+        "message_delta",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
     }
 )
-_RESPONSES_END = frozenset({b"response.completed", b"response.incomplete", b"response.failed"})
+_RESPONSES_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_UNPARSED: Any = object()
 
 
-def _field(event: bytes, name: bytes) -> Optional[bytes]:
-    """The value of the first ``name`` line (``name`` ends with the colon), or ``None``."""
-    if event.startswith(name):
-        start = 0
-    else:
-        start = event.find(b"\n" + name)
-        if start < 0:
-            return None
-        start += 1
-    end = event.find(b"\n", start)
-    value = event[start + len(name) : end]
-    return value[1:] if value.startswith(b" ") else value
+def fields(event: bytes, delivered: int = 0) -> Tuple[Optional[str], Optional[str]]:
+    """``(name, data)`` of one framed event: its last ``event:`` line (``None`` when it has
+    none, or an empty one) and its ``data:`` lines joined with ``\\n`` (``None``: no data).
 
-
-def _has_data(event: bytes) -> bool:
-    return event.startswith((b"data:", b"data\n")) or b"\ndata:" in event or b"\ndata\n" in event
-
-
-def _name(event: bytes) -> Optional[bytes]:
-    """The ``event:`` name, looked up only where one can be."""
-    if event.startswith(b"event:") or b"\nevent:" in event:
-        return _field(event, b"event:")
-    return None
-
-
-def is_activity(event: bytes) -> bool:
-    """True when the whole event ``event`` carries data and is not a ``ping``."""
-    return _has_data(event) and _name(event) != b"ping"
-
-
-class Gate:
-    """A body's payload in, the items to hand on out: framed, gated, bounded.
-
-    ``framer`` splits the payload into whole events and bounds their size.
-    Events that are not activity (by ``active``: :func:`is_activity`, or an
-    :class:`EventWatch`'s ``note``) are held and handed on in front of the next
-    data event, so a consumer still sees them but they never count as activity.
-    What is held is bounded by the framer's limit (past it, older held events are
-    dropped), so a flood of pings or comments costs no memory.
+    Raises ``StreamProtocolError('malformed_event')`` when the event is not UTF-8
+    (``delivered``: the chunks before it).
     """
-
-    __slots__ = ("_active", "_check", "_frame", "_held", "_limit", "_plain")
-
-    def __init__(self, framer: EventFramer, active: Callable[[bytes], bool]) -> None:
-        self._frame = framer.feed
-        self._check = framer.check
-        self._limit = framer.limit
-        self._active = active
-        self._held = bytearray()
-        self._plain = active is is_activity  # the rule alone, nothing else watches the events
-
-    def pass_on(self, payload: bytes) -> Tuple[List[bytes], Optional[WatchdogError]]:
-        """The items to hand on for the events ``payload`` completes, and the error to raise
-        once they are handed on: an error event's, or the framer's for an event past the
-        size limit (raised here when no event came before it)."""
-        events = self._frame(payload)
-        items, failure = self._gated(events)
-        if failure is None:
-            try:
-                self._check()
-            except StreamProtocolError as exc:
-                failure = exc
-        return items, failure
-
-    def _gated(self, events: List[bytes]) -> Tuple[List[bytes], Optional[WatchdogError]]:
-        held = self._held
-        if self._plain and not held:
-            for event in events:  # one data line each (what chat APIs send): activity, all of it
-                if not (event.startswith(b"data:") and event.find(b"\n") == len(event) - 2):
-                    break
-            else:
-                return events, None
-        items: List[bytes] = []
-        limit, active = self._limit, self._active
-        for event in events:
-            try:
-                is_active = active(event)
-            except WatchdogError as exc:
-                return items, exc
-            if is_active:
-                if held:
-                    event = bytes(held) + event
-                    held.clear()
-                items.append(event)
-            elif len(held) + len(event) <= limit:
-                held += event
-            else:
-                held[:] = event
-        return items, None
-
-
-class EventWatch:
-    """Reads each whole event as it passes: is it activity, has the stream finished?
-
-    One per stream attempt; used by one thread at a time (the one that frames).
-    """
-
-    __slots__ = ("delivered", "finished", "known")
-
-    def __init__(self) -> None:
-        self.delivered = 0  # data events handed on
-        self.finished = False  # the terminal event was seen
-        self.known = False  # the format is one whose terminal event we know
-
-    def note(self, event: bytes) -> bool:
-        """True when ``event`` is activity. Raises the error an ``error`` event carries, and
-        ``StreamProtocolError('malformed_event')`` for a data event that is not UTF-8."""
-        if not _has_data(event):
-            return False  # a comment, or an event without data
-        if not event.isascii():
-            _check_utf8(event, self.delivered)
-        name = _name(event)
-        if name is not None:
-            if name == b"ping":
-                return False
-            if name == b"error":
-                raise error_event(json_object(_field(event, b"data:") or b""), self.delivered)
-            if name == b"message_stop" or name in _RESPONSES_END:
-                self.known = self.finished = True
-            elif name in _ANTHROPIC_EVENTS or name.startswith(b"response."):
-                self.known = True
-        elif not self.finished:
-            if _ERROR_DATA.match(event):
-                self._gemini_error(event)
-            if event.startswith((b"data: [DONE]", b"data:[DONE]")) or _FINISH.search(event):
-                self.known = self.finished = True
-            elif b'"candidates"' in event or b'"promptFeedback"' in event:
-                self.known = True  # Gemini: no [DONE]; the finishReason ends it
-                self.finished = _GEMINI_FINISH.search(event) is not None
-            elif not self.known and b'"choices"' in event:
-                self.known = True
-        self.delivered += 1
-        return True
-
-    def _gemini_error(self, event: bytes) -> None:
-        """Raise the error of a Gemini error payload (its ``status`` a gRPC code name, such
-        as ``RESOURCE_EXHAUSTED``); an OpenAI ``{"error": ...}`` is left to the SDK that
-        reads it, as before."""
-        parsed = json_object(_field(event, b"data:") or b"")
-        error = parsed.get("error") if isinstance(parsed, dict) else None
-        status = error.get("status") if isinstance(error, dict) else None
-        if isinstance(status, str) and _GRPC_STATUS.match(status):
-            raise error_event(parsed, self.delivered)
-
-    def end(self) -> None:
-        """At a clean end of the body: raise if a known format ended without finishing."""
-        if self.finished or not self.known:
-            return
-        raise no_finish_reason(self.delivered, "without its terminal event")
-
-
-def _check_utf8(event: bytes, delivered: int) -> None:
     try:
-        event.decode("utf-8")
+        text = event.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StreamProtocolError(
             f"an SSE event is not valid UTF-8 ({exc.reason} at byte {exc.start})",
             reason="malformed_event",
             chunks_received=delivered,
         ) from None
+    if text.startswith("data:") and text.find("\n") == len(text) - 2:
+        value = text[5:-2]  # the common case: one data line
+        return None, value[1:] if value[:1] == " " else value
+    values = _DATA_LINE.findall(text)  # each without "data:" and one space after it
+    data = "\n".join(values) if values else None
+    if not text.startswith("event") and "\nevent" not in text:
+        return None, data
+    names = _NAME_LINE.findall(text)
+    return (names[-1] or None) if names else None, data
+
+
+def is_keepalive(name: Optional[str], data: Optional[str]) -> bool:
+    """True for Anthropic's keep-alive: ``event: ping`` whose data is ``{"type": "ping"}``."""
+    return name == "ping" and data is not None and json_object(data) == _KEEPALIVE
+
+
+def is_activity(event: bytes) -> bool:
+    """True when the framed event ``event`` carries data and is not Anthropic's keep-alive."""
+    if event.startswith(b"data:") and b"\nevent" not in event:
+        return True  # data, and no name: the common case, decided without parsing
+    try:
+        name, data = fields(event)
+    except StreamProtocolError:
+        return True  # a consumer that reads it raises; it never counts as silence
+    return data is not None and not is_keepalive(name, data)
+
+
+def is_parsed_activity(event: Any) -> bool:
+    """:func:`is_activity` of a parsed ``sseclient.Event`` (dispatched: it carries data)."""
+    return event.event != "ping" or not is_keepalive(event.event, event.data)
+
+
+def is_done(data: str) -> bool:
+    """True for OpenAI's ``[DONE]`` data."""
+    return data.startswith("[DONE]")
+
+
+class Gate:
+    """A body's payload in, its events out: framed, bounded, read by the rules.
+
+    ``framer`` splits the payload into whole events and bounds their size;
+    ``note`` (an :class:`EventWatch`'s, or :func:`is_activity` when only the
+    consumer's side reads the rules) reads each event and may raise the error
+    it carries. Every event is handed on, in order, none held back: whether it
+    is activity is the consumer's side's question (:class:`Activity`).
+    """
+
+    __slots__ = ("_check", "_frame", "_note")
+
+    def __init__(self, framer: EventFramer, note: Callable[[bytes], object]) -> None:
+        self._frame = framer.feed
+        self._check = framer.check
+        # is_activity raises nothing and ends nothing: no need to call it here
+        self._note: Optional[Callable[[bytes], object]] = None if note is is_activity else note
+
+    def pass_on(self, payload: bytes) -> Tuple[List[bytes], Optional[WatchdogError]]:
+        """The events ``payload`` completes, and the error to raise once they are handed
+        on: an error event's (the events before it are handed on, not it), or the
+        framer's for an event past the size limit (raised here when no event came before
+        it)."""
+        events = self._frame(payload)
+        note = self._note
+        if note is not None:
+            for index, event in enumerate(events):
+                try:
+                    note(event)
+                except WatchdogError as exc:
+                    return events[:index], exc
+        try:
+            self._check()
+        except StreamProtocolError as exc:
+            return events, exc
+        return events, None
+
+
+class Activity:
+    """A stream's idle clock, as its consumer takes the items: only activity restarts it.
+
+    One per stream, used by its consumer's side. ``active`` tells an item that is
+    activity (``None``: every item is, as for ``guard_stream`` over any iterator).
+    ``chunks`` counts the items that were activity (the first-event limit holds
+    until the first); ``quiet_since`` is when the consumer began to wait while only
+    items that are not activity came since (``None``: the next wait starts the idle
+    clock afresh).
+    """
+
+    __slots__ = ("_active", "chunks", "quiet_since")
+
+    def __init__(self, active: Optional[Callable[[Any], bool]] = None) -> None:
+        self._active = active
+        self.chunks = 0
+        self.quiet_since: Optional[float] = None
+
+    def took(self, batch: Sequence[Any], waited_from: Optional[float], now: float) -> None:
+        """The consumer took ``batch``, having waited since ``waited_from`` (``None``: it
+        found them buffered), at ``now``."""
+        active = self._active
+        count = len(batch) if active is None else sum(map(active, batch))
+        if count:
+            self.chunks += count
+            self.quiet_since = None
+        elif self.quiet_since is None:
+            self.quiet_since = now if waited_from is None else waited_from
+
+
+class EventWatch:
+    """Reads each whole event as it passes: is it activity, has the stream finished?
+
+    One per stream attempt; used by one thread at a time (the one that frames,
+    or ``ChatClient``'s consumer). ``fields`` (``request_id``, ``attempt``) go into
+    the errors it raises.
+    """
+
+    __slots__ = (
+        "_choices",
+        "_fields",
+        "_finished_choices",
+        "_secrets",
+        "delivered",
+        "finished",
+        "known",
+    )
+
+    def __init__(self, secrets: Sequence[str] = (), **fields: Any) -> None:
+        self._secrets = secrets  # the request's secret set, masked in an error event's error
+        self.delivered = 0  # data events read (keep-alives aside)
+        self.finished = False  # the terminal event was seen
+        self.known = False  # the format is one whose terminal event we know
+        self._choices: Set[Any] = set()  # OpenAI: the choice indexes without a finish_reason
+        self._finished_choices: Set[Any] = set()  # and those with one
+        self._fields = fields
+
+    def note(self, event: bytes) -> bool:
+        """True when the framed ``event`` is activity (see :meth:`read`); raises
+        ``StreamProtocolError('malformed_event')`` for an event that is not UTF-8."""
+        name, data = fields(event, self.delivered)
+        if data is None:
+            return False  # a comment, or an event without data
+        return self.read(name, data)
+
+    def read(self, name: Optional[str], data: str, parsed: Any = _UNPARSED) -> bool:
+        """True when the event ``name`` (``None``: unnamed) with ``data`` is activity.
+
+        ``parsed``: the data's JSON object if the caller parsed it already (``None``:
+        not one). Raises the error an ``error`` event or a Gemini error payload
+        carries, and ``no_finish_reason`` for an OpenAI ``[DONE]`` that comes before
+        every choice finished.
+        """
+        if name is not None and name != "message":
+            if name == "ping" and is_keepalive(name, data):
+                return False
+            if name == "error":
+                raise error_event(
+                    json_object(data), self.delivered, secrets=self._secrets, **self._fields
+                )
+            if name == "message_stop" or name in _RESPONSES_END:
+                self.known = self.finished = True
+            elif name in _ANTHROPIC_EVENTS or name.startswith("response."):
+                self.known = True
+        elif is_done(data):
+            self.known = True
+            if not (self.finished or self._all_choices_finished()):
+                how = "with [DONE] before every choice had a finish_reason"
+                if not self.delivered:
+                    how = "with [DONE] before any chunk"
+                raise no_finish_reason(self.delivered, how, **self._fields)
+            self.finished = True
+            return True
+        else:
+            self._read_object(json_object(data) if parsed is _UNPARSED else parsed)
+        self.delivered += 1
+        return True
+
+    def _read_object(self, chunk: Any) -> None:
+        """An unnamed data event's JSON object: an OpenAI chunk, a Gemini response."""
+        if not isinstance(chunk, dict):
+            return
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            self.known = True
+            for choice in choices:
+                if isinstance(choice, dict):
+                    self._choice(choice)
+            self.finished = self._all_choices_finished()  # a choice may appear after another ended
+            return
+        error = chunk.get("error")
+        if isinstance(error, dict):
+            status = error.get("status")
+            if isinstance(status, str) and _GRPC_STATUS.match(status):
+                # a Gemini error payload (its status a gRPC code name, such as
+                # RESOURCE_EXHAUSTED); an OpenAI {"error": ...} is left to the SDK that reads it
+                raise error_event(chunk, self.delivered, secrets=self._secrets, **self._fields)
+        candidates = chunk.get("candidates")
+        feedback = chunk.get("promptFeedback")
+        if candidates is not None or feedback is not None:
+            self.known = True  # Gemini: no [DONE]; the finishReason ends it
+            if isinstance(candidates, list) and any(
+                isinstance(c, dict) and c.get("finishReason") for c in candidates
+            ):
+                self.finished = True
+            if isinstance(feedback, dict) and feedback.get("blockReason"):
+                self.finished = True
+
+    def _choice(self, choice: Mapping[str, Any]) -> None:
+        index = choice.get("index", 0)
+        if not isinstance(index, (int, str)):
+            index = repr(index)
+        if choice.get("finish_reason"):
+            self._choices.discard(index)
+            self._finished_choices.add(index)
+        elif index not in self._finished_choices:
+            self._choices.add(index)
+
+    def _all_choices_finished(self) -> bool:
+        return bool(self._finished_choices) and not self._choices
+
+    def end(self) -> None:
+        """At a clean end of the body: raise if a known format ended without finishing."""
+        if self.finished or not self.known:
+            return
+        raise no_finish_reason(self.delivered, "without its terminal event", **self._fields)
 
 
 def no_finish_reason(chunks: int, how: str, **fields: Any) -> StreamProtocolError:

@@ -13,22 +13,29 @@ import time
 import types
 from typing import Any, Dict, List, Optional, Set, Type
 
-from . import _anthropic, _gemini, _openai
+from . import _anthropic, _gemini, _openai, _text_completion
 from ._call import Call
 from ._format import Rendering
 from ._records import Record, Route, SeenRequest
-from ._scenarios import describe, resolve, run_ok
+from ._scenarios import describe, faults, resolve, run_ok
 from ._wire import TICK, BadRequest, ClientGone, Connection, EndExchange, Exchange, Request, phrase
 
 __all__ = ["FaultGateway", "SeenRequest"]
 
-_ROUTE = re.compile(r"^/s/(?P<key>[A-Za-z0-9_.-]+)/v1/(?P<endpoint>chat/completions|messages)/?$")
+_ROUTE = re.compile(
+    r"^/s/(?P<key>[A-Za-z0-9_.-]+)/v1/(?P<endpoint>chat/completions|completions|messages)/?$"
+)
 # The Gemini API (google-genai): {base}/{v1|v1beta}/models/{model}:streamGenerateContent?alt=sse
 _GEMINI_ROUTE = re.compile(
     r"^/s/(?P<key>[A-Za-z0-9_.-]+)/(?P<version>v1|v1beta)/models/(?P<model>[A-Za-z0-9_.-]+)"
     r":(?P<endpoint>streamGenerateContent|generateContent)$"
 )
-_ENDPOINTS = {"openai": "chat/completions", "anthropic": "messages"}
+_ENDPOINTS = {"openai": ("chat/completions", "completions"), "anthropic": ("messages",)}
+_WHAT = {
+    "chat/completions": "chat completions",
+    "completions": "completions",
+    "messages": "messages",
+}
 _GEMINI_PATH = "/{v1|v1beta}/models/{model}:streamGenerateContent?alt=sse (or :generateContent)"
 _STOP_SECONDS = 2.0
 
@@ -38,7 +45,9 @@ class FaultGateway:
 
     Each ``base_url(scenario, **options)`` is a fresh route with its own
     attempt count; POST ``{base_url}/chat/completions`` to it (OpenAI chat
-    completions). ``base_url(scenario, api="anthropic")`` speaks the Anthropic
+    completions), or ``{base_url}/completions`` (OpenAI's legacy text
+    completions, as lm-evaluation-harness's ``local-completions`` model
+    sends them). ``base_url(scenario, api="anthropic")`` speaks the Anthropic
     Messages API: the anthropic SDK takes that URL as its ``base_url`` and
     POSTs ``{base_url}/v1/messages``. ``base_url(scenario, api="gemini")``
     speaks the Gemini API: google-genai takes that URL as
@@ -194,7 +203,10 @@ class FaultGateway:
         ``api="openai"`` (the default): the URL ends in ``/v1``; POST
         ``{base_url}/chat/completions`` with an OpenAI chat body;
         ``"stream": true`` gets SSE ``chat.completion.chunk`` events, otherwise
-        a ``chat.completion`` JSON. ``api="anthropic"``: the URL has no
+        a ``chat.completion`` JSON; POST ``{base_url}/completions`` with a
+        legacy completions body (``prompt``) for ``text_completion`` events
+        ending in ``data: [DONE]``, or one ``text_completion`` JSON (one choice
+        per prompt; ``logprobs`` and ``echo`` honoured). ``api="anthropic"``: the URL has no
         ``/v1`` (as the anthropic SDK's ``base_url`` expects); POST
         ``{base_url}/v1/messages`` with a Messages API body; ``"stream": true``
         gets ``message_start`` ... ``message_stop`` events, otherwise a
@@ -204,8 +216,9 @@ class FaultGateway:
         ``/v1/...``) for ``GenerateContentResponse`` events, the last with a
         ``finishReason``, or ``...:generateContent`` for one response; errors
         are ``{"error": {"code", "message", "status"}}``. Each call makes a new
-        route with its own attempt count (for ``fail_first``) and its own
-        ``requests_seen``.
+        route with its own attempt count (for ``fail_first`` and ``fault_on``:
+        the requests to a route are numbered 1, 2, ... across its endpoints)
+        and its own ``requests_seen``.
 
         Raises:
             ValueError: unknown scenario, API or option (the message lists the
@@ -303,6 +316,8 @@ class FaultGateway:
     def _answer(self, conn: Connection, request: Request) -> bool:
         """Serve one request; True if the connection may carry another one."""
         path = request.target.split("?", 1)[0]
+        if path.startswith(("http://", "https://")):  # absolute form: sent as to a proxy
+            path = "/" + path.split("://", 1)[1].partition("/")[2]
         match = _ROUTE.match(path)
         gemini = None if match else _GEMINI_ROUTE.match(path)
         found = match or gemini
@@ -320,20 +335,17 @@ class FaultGateway:
         if api != route.api and (api == "gemini" or route.api == "gemini"):
             message = f"this route speaks api={route.api!r}: POST {{base_url}}{_path_of(route.api)}"
             return _answer_error(conn, 404, message, request, keep_alive=keep, api=api)
-        if match and match.group("endpoint") != _ENDPOINTS[route.api]:
+        endpoint = found.group("endpoint")
+        if match and endpoint not in _ENDPOINTS[route.api]:
             message = f"this route speaks api={route.api!r}: POST {{base_url}}{_path_of(route.api)}"
             return _answer_error(conn, 404, message, request, keep_alive=keep, api=api)
         if request.method != "POST":
-            what = {"openai": "chat completions", "anthropic": "messages"}.get(
-                api, "generateContent"
-            )
-            message = f"use POST for {what}"
+            message = f"use POST for {_WHAT.get(endpoint, 'generateContent')}"
             return _answer_error(conn, 405, message, request, keep_alive=keep, api=api)
-        stream = gemini.group("endpoint") == "streamGenerateContent" if gemini else None
+        stream = endpoint == "streamGenerateContent" if gemini else None
         with self._lock:
             attempt = next(route.attempts)
-            fail_first = route.options.get("fail_first")
-            faulted = route.scenario.name != "ok" and (fail_first is None or attempt <= fail_first)
+            faulted = faults(route.scenario, route.options, attempt)
             record = Record(route, attempt, faulted, request, stream)
             self._records.append(record)
         request_id = request.headers.get("x-request-id") or f"req-{route.key}-{attempt}"
@@ -352,7 +364,7 @@ class FaultGateway:
                 stream=record.stream,
                 options=options,
                 body=record.body,
-                render=_rendering(route, attempt, record.body, options, model),
+                render=_rendering(route, endpoint, attempt, record.body, options, model),
             )
             (route.scenario.behavior if faulted else run_ok)(call)
         except ClientGone:
@@ -368,13 +380,20 @@ class FaultGateway:
 
 def _path_of(api: str) -> str:
     """The path a client of ``api`` posts to below its base URL."""
-    return {"openai": "/chat/completions", "anthropic": "/v1/messages"}.get(api, _GEMINI_PATH)
+    paths = {"openai": "/chat/completions (or /completions)", "anthropic": "/v1/messages"}
+    return paths.get(api, _GEMINI_PATH)
 
 
 def _rendering(
-    route: Route, attempt: int, body: Any, options: Dict[str, Any], path_model: Optional[str]
+    route: Route,
+    endpoint: str,
+    attempt: int,
+    body: Any,
+    options: Dict[str, Any],
+    path_model: Optional[str],
 ) -> Rendering:
-    """The wire format of ``route``'s answer to one request (Gemini: the model of the path)."""
+    """The wire format of ``route``'s answer to one request on ``endpoint`` (Gemini: the model
+    of the path)."""
     usage = options["usage"]
     if route.api == "gemini":
         return _gemini.GeminiRendering(
@@ -389,6 +408,11 @@ def _rendering(
     name = model if isinstance(model, str) else "fault-gateway"
     if route.api == "anthropic":
         return _anthropic.AnthropicRendering(f"msg_{route.key}-{attempt}", name, body, usage=usage)
+    if endpoint == "completions":
+        ident = f"cmpl-{route.key}-{attempt}"
+        return _text_completion.TextCompletionRendering(
+            ident, int(time.time()), name, body, usage=usage
+        )
     ident = f"chatcmpl-{route.key}-{attempt}"
     return _openai.OpenAIRendering(ident, int(time.time()), name, body, usage=usage)
 

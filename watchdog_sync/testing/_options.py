@@ -64,6 +64,29 @@ def _retry_after(name: str, value: Any) -> Any:
     return str(int(seconds)) if seconds.is_integer() else str(seconds)
 
 
+def _request_numbers(name: str, value: Any) -> Any:
+    """A non-empty tuple (or list, set) of 1-based request numbers, as a sorted tuple."""
+    if not isinstance(value, (tuple, list, set, frozenset)):
+        raise TypeError(
+            f"option {name!r} must be a tuple of request numbers such as (3,), "
+            f"not {type(value).__name__}"
+        )
+    if not value:
+        raise ValueError(
+            f"option {name!r} must name at least one request (1-based); "
+            "for no fault at all use the scenario 'ok'"
+        )
+    for number in value:
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise TypeError(
+                f"option {name!r} must hold ints (1-based request numbers), "
+                f"not {type(number).__name__}"
+            )
+        if number < 1:
+            raise ValueError(f"option {name!r} holds {number!r}: requests are numbered from 1")
+    return tuple(sorted(set(value)))
+
+
 _CHECKS: Dict[str, Callable[[str, Any], Any]] = {
     "chunks": _count(0, 10_000),
     "interval": _seconds,
@@ -72,11 +95,13 @@ _CHECKS: Dict[str, Callable[[str, Any], Any]] = {
     "usage": _flag,
     "framing": _framing,
     "fail_first": _optional(_count(0)),
+    "fault_on": _optional(_request_numbers),
     "retry_after": _optional(_retry_after),
     "retry_after_ms": _optional(_count(0)),
     "message": _text,
     "type": _text,
     "code": _optional(_text),
+    "echo": _flag,
     "status": _count(400, 599),
     "size": _count(1),
     "piece": _count(1, _MIB),

@@ -28,7 +28,7 @@ class SeenRequest:
             ``"anthropic"`` (Messages API) or ``"gemini"`` (the Gemini API).
         attempt: 1 for the first request to that ``base_url``, 2 for the next, ...
         faulted: True if the scenario misbehaved, False if it answered like ``ok``
-            (``fail_first`` reached).
+            (``fail_first`` reached, or a request ``fault_on`` does not list).
         method: the HTTP method.
         path: the request target, as sent.
         stream: whether the request asked for a stream (``"stream": true``; Gemini:

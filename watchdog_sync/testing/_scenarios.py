@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import itertools
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
+from .._core.redact import CREDENTIAL_HEADERS
 from ._anthropic import PING
 from ._call import JSON, Call
 from ._format import APIS, frame
 from ._options import check_options
 
-__all__ = ["Scenario", "describe", "resolve", "run_ok"]
+__all__ = ["Scenario", "describe", "faults", "resolve", "run_ok"]
 
 _KEEPALIVE = b": keep-alive\n\n"
 _MARKER = "\x00MARK\x00"
@@ -160,9 +162,26 @@ def _reset_mid_stream(call: Call) -> None:
     call.exchange.conn.reset()
 
 
+def _message(call: Call) -> str:
+    """The error's message; with ``echo``, followed by the credentials the request carried,
+    as a careless server quotes them back (each credential header, a ``key`` query value)."""
+    message: str = call.options["message"]
+    if not call.options["echo"]:
+        return message
+    request = call.exchange.request
+    sent = [
+        f"{value} (in {name})"
+        for name, value in request.headers.items()
+        if name.lower() in CREDENTIAL_HEADERS and name.lower() != "cookie"
+    ]
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.target).query)
+    sent += [f"{value} (in the key parameter)" for value in query.get("key", ())]
+    return f"{message} You sent {'; '.join(sent) or 'no credentials'}."
+
+
 def _error_body(call: Call) -> bytes:
     options = call.options
-    return call.render.error_body(options["message"], options["type"], options.get("code"))
+    return call.render.error_body(_message(call), options["type"], options.get("code"))
 
 
 def _http_error(call: Call) -> None:
@@ -185,7 +204,7 @@ def _error_mid_stream(call: Call) -> None:
     options = call.options
     call.open_stream()
     call.send_chunks(options["chunks"], options["interval"])
-    error = call.render.error_event(options["message"], options["type"], options.get("code"))
+    error = call.render.error_event(_message(call), options["type"], options.get("code"))
     call.send_events([error])
     call.exchange.finish()
 
@@ -280,7 +299,7 @@ def _oversized_event(call: Call) -> None:
 
 
 _COMMON: Dict[str, Any] = {"framing": "chunked", "text": DEFAULT_TEXT, "usage": True}
-_FAULT: Dict[str, Any] = {**_COMMON, "fail_first": None}
+_FAULT: Dict[str, Any] = {**_COMMON, "fail_first": None, "fault_on": None}
 _CHUNKS = {"chunks": 2, "interval": 0.02}
 _HTTP = {"retry_after": None, "retry_after_ms": None}
 _HEAD_DRIP = {"interval": 0.3, "duration": 60.0}  # a head that never ends, for a minute at most
@@ -291,7 +310,15 @@ def _http(
     status: int, message: str, error_type: str, code: Optional[str], **extra: Any
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(defaults, fixed) of a status scenario: the body fields are options, the status is not."""
-    defaults = {**_FAULT, **_HTTP, "message": message, "type": error_type, "code": code, **extra}
+    defaults = {
+        **_FAULT,
+        **_HTTP,
+        "message": message,
+        "type": error_type,
+        "code": code,
+        "echo": False,
+        **extra,
+    }
     return defaults, {"status": status}
 
 
@@ -416,6 +443,20 @@ def describe() -> Dict[str, str]:
     return {name: scenario.summary for name, scenario in _SCENARIOS.items()}
 
 
+def faults(scenario: Scenario, options: Mapping[str, Any], attempt: int) -> bool:
+    """Whether request number ``attempt`` (1-based) of a route gets the fault, not ``ok``.
+
+    ``fault_on``: only the listed requests; else ``fail_first``: the first N; else all.
+    """
+    if scenario.name == "ok":
+        return False
+    fault_on = options.get("fault_on")
+    if fault_on is not None:
+        return attempt in fault_on
+    fail_first = options.get("fail_first")
+    return fail_first is None or attempt <= fail_first
+
+
 def _defaults(scenario: Scenario, api: str) -> Dict[str, Any]:
     """The options ``scenario`` accepts in ``api``, with their defaults."""
     defaults = dict(scenario.defaults)
@@ -434,8 +475,10 @@ def resolve(
     """Check a scenario name, the API and the options.
 
     Returns the scenario, its resolved options (fixed settings included) and
-    the options of the ``ok`` behaviour used once ``fail_first`` is reached.
-    Raises ``ValueError`` listing the valid names, APIs or options,
+    the options of the ``ok`` behaviour used once ``fail_first`` is reached (or
+    on the requests ``fault_on`` does not list). Raises ``ValueError`` listing
+    the valid names, APIs or options, or when ``fail_first`` and ``fault_on``
+    are both given,
     ``TypeError`` / ``ValueError`` for a bad option value.
     """
     if not isinstance(name, str):
@@ -445,7 +488,14 @@ def resolve(
     scenario = _SCENARIOS.get(name)
     if scenario is None:
         raise ValueError(f"unknown scenario {name!r}; valid scenarios: {', '.join(_SCENARIOS)}")
+    if given.get("fail_first") is not None and given.get("fault_on") is not None:
+        raise ValueError(
+            "give fail_first (the first N requests misbehave) or fault_on (the listed "
+            "requests misbehave), not both"
+        )
     options = check_options(name, _defaults(scenario, api), given)
+    if options.get("fault_on") is not None:
+        options["fail_first"] = None  # a scenario's own fail_first (silent_then_ok) gives way
     if name == "ok":
         return scenario, options, options
     base = _SCENARIOS["ok"].defaults
