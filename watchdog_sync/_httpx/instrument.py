@@ -14,8 +14,10 @@ from __future__ import annotations
 import threading
 from typing import Callable, Dict, List, Optional
 
+from .._core.durations import Duration, validate_duration
 from .._http.instrument_urllib3 import urllib3_patches
 from .._http.patches import PatchSet
+from .._http.request_timeout import add_request_timeout
 from .instrument_httpx import httpx_patches
 
 __all__ = ["instrument"]
@@ -29,7 +31,12 @@ _USERS: Dict[str, int] = {}
 _INSTALLED: Dict[str, PatchSet] = {}
 
 
-def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None]:
+def instrument(
+    *,
+    urllib3: bool = True,
+    httpx: bool = True,
+    request_timeout: Optional[Duration] = None,
+) -> Callable[[], None]:
     """Bound every urllib3 and httpx connection in the process by the current ``deadline()`` scope.
 
     After ``instrument()``, inside a ``deadline()`` scope every request that
@@ -55,6 +62,20 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
     the same for an SDK stream (``guard_stream(client.chat.completions.create(
     ..., stream=True), idle_timeout=30)``), in a scope or not.
 
+    ``request_timeout``: every request through urllib3 or httpx, in a scope or
+    not, gets a time limit of its own (the tighter of it and the enclosing
+    scope's): name resolution, connect, TLS, sending, the response head and a
+    body that is not an event stream, read to its end, all within it, the
+    connection shut from outside at its end (an event stream, ``text/event-stream``,
+    is bound by it up to its head, then left to the scope). At its end the request
+    fails with the timeout error its caller already handles, which is also ours
+    (``reason='request_timeout'``, retryable; ``classify()`` reads it as a
+    timeout): ``requests.ReadTimeout`` through requests, urllib3's
+    ``ReadTimeoutError`` through urllib3 alone, httpx's ``TimeoutException``
+    through httpx2 or httpx, so an SDK maps it to its own timeout error and
+    retries it within the scope. Calls are counted here too: the tightest
+    ``request_timeout`` of the calls not yet undone applies.
+
     On timeout or cancel: when the scope's budget ends, the request (or the
     body read) raises :class:`Cancelled`, a ``BaseException``, so neither
     requests' nor botocore's retry loops nor a caller's ``except Exception``
@@ -70,6 +91,9 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
         httpx: patch httpx2 and httpx, whichever are installed (imported
             now if they are; neither installed: nothing to patch). Async
             transports are not patched.
+        request_timeout: seconds (float or ``timedelta``, ``> 0``) each
+            request may take; ``None`` (the default) or ``inf``: no limit of
+            its own.
 
     Returns:
         ``undo``: removes this call's patches. Idempotent (a second call does
@@ -79,7 +103,9 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
         an httpx response already returned stays bounded until it is closed.
 
     Raises:
-        TypeError: an argument is not a bool.
+        TypeError: ``urllib3`` or ``httpx`` is not a bool, or ``request_timeout``
+            not a number of seconds.
+        ValueError: ``request_timeout`` is ``<= 0`` or NaN.
 
     Example::
 
@@ -92,6 +118,7 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
     for name, value in (("urllib3", urllib3), ("httpx", httpx)):
         if not isinstance(value, bool):
             raise TypeError(f"instrument({name}=...) takes True or False, not {value!r}")
+    limit = validate_duration(request_timeout, "request_timeout", allow_zero=False)
     wanted = [name for name, on in (("urllib3", urllib3), ("httpx", httpx)) if on]
     taken: List[str] = []
     with _LOCK:
@@ -105,19 +132,24 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
                 _INSTALLED[library] = patches
             _USERS[library] = _USERS.get(library, 0) + 1
             taken.append(library)
-    return _Undo(taken)
+    removers = [] if limit is None or not taken else [add_request_timeout(limit)]
+    return _Undo(taken, removers)
 
 
 class _Undo:
     """The undo of one instrument() call: releases its share of each library's patches."""
 
-    def __init__(self, libraries: List[str]) -> None:
+    def __init__(self, libraries: List[str], removers: List[Callable[[], None]]) -> None:
         self._libraries = libraries
+        self._removers = removers
         self._lock = threading.Lock()
 
     def __call__(self) -> None:
         with self._lock:
             libraries, self._libraries = self._libraries, []
+            removers, self._removers = self._removers, []
+        for remove in removers:
+            remove()
         if not libraries:
             return
         with _LOCK:
