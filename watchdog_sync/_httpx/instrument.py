@@ -15,6 +15,7 @@ import threading
 from typing import Callable, Dict, List, Optional
 
 from .._core.durations import Duration, validate_duration
+from .._http.instrument_threads import threads_patches
 from .._http.instrument_urllib3 import urllib3_patches
 from .._http.patches import PatchSet
 from .._http.request_timeout import add_request_timeout
@@ -25,6 +26,7 @@ __all__ = ["instrument"]
 _BUILDERS: Dict[str, Callable[[], Optional[PatchSet]]] = {
     "urllib3": urllib3_patches,
     "httpx": httpx_patches,
+    "threads": threads_patches,
 }
 _LOCK = threading.Lock()
 _USERS: Dict[str, int] = {}
@@ -35,6 +37,7 @@ def instrument(
     *,
     urllib3: bool = True,
     httpx: bool = True,
+    threads: bool = False,
     request_timeout: Optional[Duration] = None,
 ) -> Callable[[], None]:
     """Bound every urllib3 and httpx connection in the process by the current ``deadline()`` scope.
@@ -91,6 +94,14 @@ def instrument(
         httpx: patch httpx2 and httpx, whichever are installed (imported
             now if they are; neither installed: nothing to patch). Async
             transports are not patched.
+        threads: carry the scope into threads: a ``threading.Thread`` (a
+            subclass's own ``run()`` too) started inside a scope runs inside
+            its budget, and so does each task submitted to a
+            ``concurrent.futures.ThreadPoolExecutor`` (the pool's workers
+            carry nothing of their own). In a thread, the budget's end raises
+            ``Cancelled`` in library waits; one that leaves a thread's
+            ``run()`` ends the thread quietly, one in a pool task reaches
+            ``future.result()``, and the scope converts it. Off by default.
         request_timeout: seconds (float or ``timedelta``, ``> 0``) each
             request may take; ``None`` (the default) or ``inf``: no limit of
             its own.
@@ -103,7 +114,7 @@ def instrument(
         an httpx response already returned stays bounded until it is closed.
 
     Raises:
-        TypeError: ``urllib3`` or ``httpx`` is not a bool, or ``request_timeout``
+        TypeError: ``urllib3``, ``httpx`` or ``threads`` is not a bool, or ``request_timeout``
             not a number of seconds.
         ValueError: ``request_timeout`` is ``<= 0`` or NaN.
 
@@ -115,11 +126,12 @@ def instrument(
             openai.OpenAI().chat.completions.create(...)   # the same
         undo()
     """
-    for name, value in (("urllib3", urllib3), ("httpx", httpx)):
+    options = (("urllib3", urllib3), ("httpx", httpx), ("threads", threads))
+    for name, value in options:
         if not isinstance(value, bool):
             raise TypeError(f"instrument({name}=...) takes True or False, not {value!r}")
     limit = validate_duration(request_timeout, "request_timeout", allow_zero=False)
-    wanted = [name for name, on in (("urllib3", urllib3), ("httpx", httpx)) if on]
+    wanted = [name for name, on in options if on]
     taken: List[str] = []
     with _LOCK:
         for library in wanted:
@@ -132,7 +144,8 @@ def instrument(
                 _INSTALLED[library] = patches
             _USERS[library] = _USERS.get(library, 0) + 1
             taken.append(library)
-    removers = [] if limit is None or not taken else [add_request_timeout(limit)]
+    clients = [name for name in taken if name in ("urllib3", "httpx")]
+    removers = [] if limit is None or not clients else [add_request_timeout(limit)]
     return _Undo(taken, removers)
 
 
