@@ -15,6 +15,7 @@ import threading
 from typing import Callable, Dict, List, Optional
 
 from .._core.durations import Duration, validate_duration
+from .._http.instrument_sockets import sockets_patches
 from .._http.instrument_threads import threads_patches
 from .._http.instrument_urllib3 import urllib3_patches
 from .._http.patches import PatchSet
@@ -26,6 +27,7 @@ __all__ = ["instrument"]
 _BUILDERS: Dict[str, Callable[[], Optional[PatchSet]]] = {
     "urllib3": urllib3_patches,
     "httpx": httpx_patches,
+    "sockets": sockets_patches,
     "threads": threads_patches,
 }
 _LOCK = threading.Lock()
@@ -37,6 +39,7 @@ def instrument(
     *,
     urllib3: bool = True,
     httpx: bool = True,
+    sockets: bool = False,
     threads: bool = False,
     request_timeout: Optional[Duration] = None,
 ) -> Callable[[], None]:
@@ -94,6 +97,15 @@ def instrument(
         httpx: patch httpx2 and httpx, whichever are installed (imported
             now if they are; neither installed: nothing to patch). Async
             transports are not patched.
+        sockets: bind every other socket too: inside a scope, a socket
+            connected through Python's ``socket`` module (http.client,
+            urllib.request, a client with HTTP code of its own) has its
+            timeout clipped to the time left when it connects and is shut from
+            outside at the budget's end; a read or write that then ends with
+            nothing or fails raises ``Cancelled``. The socket belongs to that
+            scope even if used after it. Sockets that urllib3's and httpx's
+            request guards bound, and non-blocking ones, are left alone. Off by
+            default (it adds a Python call to every socket read).
         threads: carry the scope into threads: a ``threading.Thread`` (a
             subclass's own ``run()`` too) started inside a scope runs inside
             its budget, and so does each task submitted to a
@@ -114,7 +126,7 @@ def instrument(
         an httpx response already returned stays bounded until it is closed.
 
     Raises:
-        TypeError: ``urllib3``, ``httpx`` or ``threads`` is not a bool, or ``request_timeout``
+        TypeError: ``urllib3``, ``httpx``, ``sockets`` or ``threads`` is not a bool, or ``request_timeout``
             not a number of seconds.
         ValueError: ``request_timeout`` is ``<= 0`` or NaN.
 
@@ -126,7 +138,7 @@ def instrument(
             openai.OpenAI().chat.completions.create(...)   # the same
         undo()
     """
-    options = (("urllib3", urllib3), ("httpx", httpx), ("threads", threads))
+    options = (("urllib3", urllib3), ("httpx", httpx), ("sockets", sockets), ("threads", threads))
     for name, value in options:
         if not isinstance(value, bool):
             raise TypeError(f"instrument({name}=...) takes True or False, not {value!r}")
