@@ -252,3 +252,17 @@ def test_the_requests_error_pickles_with_its_reason(limited: None) -> None:
         requests.get(server.url, timeout=30)
     copy = pickle.loads(pickle.dumps(info.value))
     assert type(copy) is type(info.value) and copy.reason == "request_timeout"
+
+
+def test_the_request_timeout_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT", str(LIMIT))
+    undo = ws.instrument()
+    try:
+        with RawServer(silent) as server:
+            started = time.monotonic()
+            with pytest.raises(requests.exceptions.Timeout) as info:
+                requests.get(server.url, timeout=30)
+            assert time.monotonic() - started < LIMIT + SLACK
+        _assert_ours(info.value)
+    finally:
+        undo()

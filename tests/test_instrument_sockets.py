@@ -179,3 +179,18 @@ def test_undo_restores_the_socket_classes_exactly() -> None:
 def test_sockets_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="sockets"):
         ws.instrument(sockets="yes")  # type: ignore[arg-type]
+
+
+def test_sockets_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATCHDOG_SYNC_INSTRUMENT_SOCKETS", "on")
+    undo = ws.instrument(urllib3=False, httpx=False)
+    try:
+        with RawServer(quiet) as server:
+
+            def read() -> None:
+                with socket.create_connection(("127.0.0.1", server.port)) as sock:
+                    sock.recv(100)
+
+            assert _ends_by_deadline(read, 0.5) < 0.5 + SLACK
+    finally:
+        undo()

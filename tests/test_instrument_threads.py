@@ -143,3 +143,44 @@ def test_threads_is_off_by_default() -> None:
 def test_threads_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="threads"):
         ws.instrument(threads=1)  # type: ignore[arg-type]
+
+
+# -- the options from the environment --------------------------------------------------
+
+
+def test_threads_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATCHDOG_SYNC_INSTRUMENT_THREADS", "yes")
+    undo = ws.instrument(urllib3=False, httpx=False)
+    try:
+        with ws.deadline(5) as budget:
+            assert _deadline_of_thread(_in_thread) == budget.deadline
+    finally:
+        undo()
+
+
+def test_an_explicit_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATCHDOG_SYNC_INSTRUMENT_THREADS", "1")
+    undo = ws.instrument(urllib3=False, httpx=False, threads=False)
+    try:
+        with ws.deadline(5):
+            assert _deadline_of_thread(_in_thread) is None
+    finally:
+        undo()
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("WATCHDOG_SYNC_INSTRUMENT_THREADS", "maybe"),
+        ("WATCHDOG_SYNC_INSTRUMENT_SOCKETS", "2"),
+        ("WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT", "-1"),
+        ("WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT", "0"),
+        ("WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT", "soon"),
+    ],
+)
+def test_a_malformed_variable_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=variable):
+        ws.instrument()

@@ -14,7 +14,14 @@ from __future__ import annotations
 import threading
 from typing import Callable, Dict, List, Optional
 
-from .._core.durations import Duration, validate_duration
+from .._core.config import (
+    INSTRUMENT_REQUEST_TIMEOUT_UNSET,
+    INSTRUMENT_SOCKETS_UNSET,
+    INSTRUMENT_THREADS_UNSET,
+    instrument_flag,
+    instrument_seconds,
+)
+from .._core.durations import Duration
 from .._http.instrument_sockets import sockets_patches
 from .._http.instrument_threads import threads_patches
 from .._http.instrument_urllib3 import urllib3_patches
@@ -39,9 +46,9 @@ def instrument(
     *,
     urllib3: bool = True,
     httpx: bool = True,
-    sockets: bool = False,
-    threads: bool = False,
-    request_timeout: Optional[Duration] = None,
+    sockets: bool = INSTRUMENT_SOCKETS_UNSET,
+    threads: bool = INSTRUMENT_THREADS_UNSET,
+    request_timeout: Optional[Duration] = INSTRUMENT_REQUEST_TIMEOUT_UNSET,
 ) -> Callable[[], None]:
     """Bound every urllib3 and httpx connection in the process by the current ``deadline()`` scope.
 
@@ -106,6 +113,8 @@ def instrument(
             scope even if used after it. Sockets that urllib3's and httpx's
             request guards bound, and non-blocking ones, are left alone. Off by
             default (it adds a Python call to every socket read).
+            Left out: ``WATCHDOG_SYNC_INSTRUMENT_SOCKETS`` (``1``/``true``/``yes``/``on``
+            or ``0``/``false``/``no``/``off``), else off.
         threads: carry the scope into threads: a ``threading.Thread`` (a
             subclass's own ``run()`` too) started inside a scope runs inside
             its budget, and so does each task submitted to a
@@ -113,10 +122,11 @@ def instrument(
             carry nothing of their own). In a thread, the budget's end raises
             ``Cancelled`` in library waits; one that leaves a thread's
             ``run()`` ends the thread quietly, one in a pool task reaches
-            ``future.result()``, and the scope converts it. Off by default.
+            ``future.result()``, and the scope converts it. Left out:
+            ``WATCHDOG_SYNC_INSTRUMENT_THREADS``, else off.
         request_timeout: seconds (float or ``timedelta``, ``> 0``) each
-            request may take; ``None`` (the default) or ``inf``: no limit of
-            its own.
+            request may take; ``None`` or ``inf``: no limit of its own. Left
+            out: ``WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT`` (seconds), else none.
 
     Returns:
         ``undo``: removes this call's patches. Idempotent (a second call does
@@ -128,7 +138,8 @@ def instrument(
     Raises:
         TypeError: ``urllib3``, ``httpx``, ``sockets`` or ``threads`` is not a bool, or ``request_timeout``
             not a number of seconds.
-        ValueError: ``request_timeout`` is ``<= 0`` or NaN.
+        ValueError: ``request_timeout`` is ``<= 0`` or NaN, or one of the
+            environment variables above is malformed (the message names it).
 
     Example::
 
@@ -138,11 +149,13 @@ def instrument(
             openai.OpenAI().chat.completions.create(...)   # the same
         undo()
     """
+    sockets = instrument_flag(sockets, "sockets")
+    threads = instrument_flag(threads, "threads")
+    limit = instrument_seconds(request_timeout, "request_timeout")
     options = (("urllib3", urllib3), ("httpx", httpx), ("sockets", sockets), ("threads", threads))
     for name, value in options:
         if not isinstance(value, bool):
             raise TypeError(f"instrument({name}=...) takes True or False, not {value!r}")
-    limit = validate_duration(request_timeout, "request_timeout", allow_zero=False)
     wanted = [name for name, on in options if on]
     taken: List[str] = []
     with _LOCK:
