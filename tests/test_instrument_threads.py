@@ -184,3 +184,16 @@ def test_a_malformed_variable_is_refused_by_name(
     monkeypatch.setenv(variable, value)
     with pytest.raises(ValueError, match=variable):
         ws.instrument()
+
+
+def test_a_task_still_queued_at_the_budget_end_does_not_start(carried: None) -> None:
+    """One worker busy past the end: the task queued behind it fails at once, unrun."""
+    ran: List[int] = []
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(ws.DeadlineExceeded), ws.deadline(0.3) as budget:
+            first = pool.submit(lambda: budget.sleep(5))
+            second = pool.submit(ran.append, 1)
+            first.result()
+        with pytest.raises(ws.Cancelled):
+            second.result(timeout=5)
+    assert ran == []

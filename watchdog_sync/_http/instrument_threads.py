@@ -11,8 +11,11 @@ context, by patching where work crosses into a thread:
   thread that opened it, raises :class:`DeadlineExceeded` at its exit;
 * ``concurrent.futures.ThreadPoolExecutor.submit`` (so ``map``): the task runs
   with the submitter's budget current, and its ``Cancelled`` reaches the
-  submitter through ``future.result()``, where the scope converts it. The
-  pool's worker threads, which outlive the scope, carry nothing of their own.
+  submitter through ``future.result()``, where the scope converts it; a task
+  still queued when the budget ends does not start (its future holds the
+  ``Cancelled``), so a pool that a harness shuts down without waiting drains at
+  once. The pool's worker threads, which outlive the scope, carry nothing of
+  their own.
 
 Only the budget is carried, not the rest of the caller's ``contextvars``
 context. The package's own threads (named ``watchdog_sync-...``) carry nothing.
@@ -89,5 +92,6 @@ def _submit(patches: PatchSet, original: _Fn) -> _Fn:
 
 
 def _call_in(budget: Budget, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    budget.check()  # queued past the budget's end: it does not start (the pool can drain)
     with using_budget(budget):
         return fn(*args, **kwargs)
