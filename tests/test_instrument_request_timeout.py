@@ -247,11 +247,24 @@ def test_a_bad_request_timeout_is_refused(value: Any, error: type) -> None:
         ws.instrument(request_timeout=value)
 
 
-def test_the_requests_error_pickles_with_its_reason(limited: None) -> None:
+def test_the_requests_error_pickles_with_its_reason_and_no_request(limited: None) -> None:
     with RawServer(silent) as server, pytest.raises(requests.exceptions.Timeout) as info:
-        requests.get(server.url, timeout=30)
+        requests.get(server.url, timeout=30, headers={"Authorization": "Bearer sk-secret"})
     copy = pickle.loads(pickle.dumps(info.value))
     assert type(copy) is type(info.value) and copy.reason == "request_timeout"
+    assert copy.request is None and copy.retryable
+
+
+def test_the_urllib3_error_pickles_without_its_pool(limited: None) -> None:
+    with (
+        RawServer(silent) as server,
+        urllib3.PoolManager() as manager,
+        pytest.raises(urllib3.exceptions.ReadTimeoutError) as info,
+    ):
+        manager.request("GET", server.url, timeout=30)
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert type(copy) is type(info.value) and copy.reason == "request_timeout"
+    assert copy.pool is None and copy.url == info.value.url
 
 
 def test_the_request_timeout_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

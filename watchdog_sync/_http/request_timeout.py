@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from requests.exceptions import ReadTimeout
 from urllib3.exceptions import ReadTimeoutError
@@ -152,6 +152,10 @@ class Urllib3RequestTimeout(WatchdogError, ReadTimeoutError):
         self.pool = pool
         self.url = url
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        rebuild, (cls, message, state) = super().__reduce__()
+        return rebuild, (cls, message, {**state, "pool": None})  # a pool holds locks: as urllib3
+
 
 class RequestsRequestTimeout(WatchdogError, ReadTimeout):
     """A request's own timeout (instrument(request_timeout=...)), as requests raises a read timeout.
@@ -166,3 +170,8 @@ class RequestsRequestTimeout(WatchdogError, ReadTimeout):
         WatchdogError.__init__(self, message)
         self.request = request
         self.response = None
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        rebuild, (cls, message, state) = super().__reduce__()
+        # A copy carries our fields, not the request (its headers may hold a credential).
+        return rebuild, (cls, message, {**state, "request": None, "response": None})
