@@ -15,9 +15,10 @@ patches, all on the ``socket`` and ``ssl`` modules' classes:
   registration to the TLS socket (the plain one is detached);
 * the reads and writes (``recv``, ``recv_into``, ``recvfrom``,
   ``recvfrom_into``, ``send``, ``sendall`` and TLS's ``read`` / ``write``): one
-  that ends with nothing or an error on a socket the budget's end shut raises
-  ``Cancelled``, so the scope says :class:`DeadlineExceeded` rather than the
-  program seeing an early end of its data;
+  that ends with nothing or an error once the socket's budget has ended (the
+  shutdown, or the clipped timeout of the same moment) raises ``Cancelled``,
+  so the scope says :class:`DeadlineExceeded` rather than the program seeing
+  an early end of its data or a plain ``TimeoutError``;
 * ``socket.socket._real_close`` (the one place the descriptor is closed, also
   for a close deferred by ``makefile``): the registration is dropped.
 
@@ -195,6 +196,8 @@ def _io(patches: PatchSet, original: _Fn, *, empty_is_end: bool) -> _Fn:
 
 
 def _raise_if_shut(sock: Any) -> None:
+    """``Cancelled`` when ``sock``'s budget has ended: it shut the socket, or a timeout clipped
+    to the same moment came first."""
     binding = _binding_of(sock)
-    if binding is not None and binding.fired:
+    if binding is not None and (binding.fired or binding.budget.ended):
         binding.budget.check()
