@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import signal
 import socket
 import sys
 import threading
@@ -173,3 +175,17 @@ def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "example:" in out and "watchdog-sync run --request-timeout 60" in out
+
+
+@pytest.mark.parametrize("deadline", [[], ["--deadline", "60"]], ids=["same group", "own group"])
+def test_sigterm_to_run_reaches_the_command(deadline: List[str]) -> None:
+    """SIGTERM sent to run (a runner stopping it) ends the command too: 128 + 15."""
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        started = time.monotonic()
+        status = main(["run", *deadline, "--", PYTHON, "-c", "import time; time.sleep(30)"])
+    finally:
+        timer.join()
+    assert status == 128 + signal.SIGTERM
+    assert time.monotonic() - started < 10

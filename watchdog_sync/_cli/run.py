@@ -181,7 +181,10 @@ def _wait(process: subprocess.Popen[bytes], end: Optional[float]) -> int:
     own_group = end is not None
 
     def forward(signum: int, frame: Optional[FrameType]) -> None:
-        _signal(process, signum, own_group)
+        # Ctrl-C reaches a command in our own process group by itself: passed on only to
+        # a group of its own (--deadline), else just waited through.
+        if own_group or signum != signal.SIGINT:
+            _signal(process, signum, own_group)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
