@@ -89,13 +89,14 @@ def request_limit() -> Optional[float]:
 class RequestTimer:
     """One request's budget, cancelled with reason ``'request_timeout'`` when its limit passes."""
 
-    __slots__ = ("_lock", "_timer", "_until", "budget", "limit")
+    __slots__ = ("_lock", "_stopped_at", "_timer", "_until", "budget", "limit")
 
     def __init__(self, limit: float, scope: Optional[Budget]) -> None:
         self.limit = limit
         self.budget = scope.child() if scope is not None else Budget()
         self._until = time.monotonic() + limit
         self._lock = threading.Lock()
+        self._stopped_at: Optional[float] = None
         self._timer: Any = MONOTONIC.call_at(self._until, self._due)
 
     def _due(self) -> None:
@@ -107,9 +108,10 @@ class RequestTimer:
 
     @property
     def due(self) -> bool:
-        """The limit has passed (its cancel may still be on its way: a read timeout clipped
-        to the same moment can come first)."""
-        return time.monotonic() >= self._until
+        """The limit passed before the request was over (its cancel may still be on its way:
+        a read timeout clipped to the same moment can come first)."""
+        stopped_at = self._stopped_at
+        return (time.monotonic() if stopped_at is None else stopped_at) >= self._until
 
     def remaining(self) -> float:
         """Seconds left: the request's own, or the enclosing scope's when that is less."""
@@ -119,6 +121,8 @@ class RequestTimer:
         """The request is over (or left to the scope): its limit no longer applies. Idempotent."""
         with self._lock:
             timer, self._timer = self._timer, None
+            if self._stopped_at is None:
+                self._stopped_at = time.monotonic()
         if timer is not None:
             timer.cancel()
 
