@@ -4,9 +4,15 @@ Opt-in and process-wide: it patches urllib3 (so requests, botocore, ...) at
 the points that see every connection of every pool (``_http/instrument_urllib3.py``),
 and the ``HTTPTransport`` of httpx2 and httpx (so the openai and anthropic
 SDKs) through :class:`HTTPXTransport`'s budget binding (``instrument_httpx.py``).
-Calls are counted: each ``instrument()`` returns its own undo, and the
-patches come out when the last undo has run, restoring the original methods
-exactly. Thread-safe: calls and undos may come from any thread.
+Its options add patch sets of their own: ``sockets`` (the ``socket`` and
+``ssl`` classes, ``_http/instrument_sockets.py``) and ``threads``
+(``threading.Thread`` and ``ThreadPoolExecutor``, ``_http/instrument_threads.py``);
+``request_timeout`` adds a limit that the urllib3 and httpx patches read per
+request (``_http/request_timeout.py``). Options left out come from the
+environment (``_core/config.py``). Calls are counted: each ``instrument()``
+returns its own undo, and each patch set comes out when the last undo that
+took it has run, restoring the original methods exactly. Thread-safe: calls
+and undos may come from any thread.
 """
 
 from __future__ import annotations
@@ -64,9 +70,11 @@ def instrument(
     :class:`HTTPXTransport`'s binding with no idle limit of its own (a client
     on :func:`httpx_client` is bound once, by its transport). A connection is bound only while a
     request has it checked out: one back in the pool is never shut, and the
-    next request reuses it. Outside any scope nothing changes (a check of a
+    next request reuses it. With the options left out (and their environment
+    variables unset), outside any scope nothing changes (a check of a
     ``ContextVar`` per call, measured in ``docs/benchmarks.md``), and
-    :class:`Session`'s own pools are left to Session.
+    :class:`Session`'s own pools (and :func:`httpx_client`'s transport) are left
+    to their own budgets, ``request_timeout`` included.
 
     :func:`guard_stream` over a body read through such a connection
     (``guard_stream(response.iter_lines(), idle_timeout=30)``) shuts that
