@@ -211,7 +211,7 @@ def _wait(process: subprocess.Popen[bytes], end: Optional[float]) -> int:
 
 def _signal(process: subprocess.Popen[bytes], signum: int, group: bool) -> None:
     try:
-        if group:
+        if group and hasattr(os, "killpg"):  # POSIX: the whole group; elsewhere the command
             os.killpg(process.pid, signum)
         else:
             process.send_signal(signum)
