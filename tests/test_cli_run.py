@@ -122,7 +122,9 @@ def test_a_sitecustomize_already_on_the_path_still_runs(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "sitecustomize.py").write_text("print('theirs ran')\n")
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{sys.path[0]}")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    )
     program = (
         "import urllib3\n"
         "print('patched', hasattr(urllib3.connectionpool.HTTPConnectionPool.urlopen, '__wrapped__'))\n"
