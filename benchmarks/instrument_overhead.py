@@ -8,7 +8,10 @@ instrument(), (b) with instrument() but outside any scope, (c) with
 instrument() inside ``deadline(60)``; the three alternate in every round so
 machine noise hits them alike. Prints the median and the best round per call
 (or per chunk), and their ratios to (a): on a shared machine the best round
-is the steadier measure of a small fixed cost.
+is the steadier measure of a small fixed cost. Two more modes, the options on:
+(d) ``instrument(request_timeout=60)`` outside any scope (each request has a
+timer of its own), (e) ``instrument(request_timeout=60, sockets=True,
+threads=True)`` inside ``deadline(60)``.
 
 * ``requests``: ``requests.Session().get`` of a 2-byte answer, ``--calls`` times;
 * ``urllib3``: ``PoolManager.request`` of the same, ``--calls`` times;
@@ -24,7 +27,7 @@ import contextlib
 import socket
 import statistics
 import time
-from typing import Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List
 
 import requests
 import urllib3
@@ -96,9 +99,14 @@ def _mode(name: str) -> Iterator[None]:
     if name == "plain":
         yield
         return
-    undo = ws.instrument()
+    options: Dict[str, Any] = {}
+    if name.startswith("request_timeout"):
+        options["request_timeout"] = 60
+    if name == "all options in scope":
+        options.update(request_timeout=60, sockets=True, threads=True)
+    undo = ws.instrument(**options)
     try:
-        if name == "in scope":
+        if name.endswith("in scope"):
             with ws.deadline(60):
                 yield
         else:
@@ -121,21 +129,27 @@ def main() -> None:
             "httpx2": lambda: _httpx2_calls(base, args.calls),
             "stream": lambda: _stream(base, args.chunks),
         }
-        modes = ("plain", "outside a scope", "in scope")
+        modes = (
+            "plain",
+            "outside a scope",
+            "in scope",
+            "request_timeout",
+            "all options in scope",
+        )
         results: Dict[str, Dict[str, List[float]]] = {w: {m: [] for m in modes} for w in workloads}
         for _ in range(args.rounds):
             for workload, run in workloads.items():
                 for mode in modes:
                     with _mode(mode):
                         results[workload][mode].append(run())
-    print(f"{'workload':<10} {'mode':<16} {'median':>17} {'ratio':>6} {'best':>17} {'ratio':>6}")
+    print(f"{'workload':<10} {'mode':<21} {'median':>17} {'ratio':>6} {'best':>17} {'ratio':>6}")
     for workload, by_mode in results.items():
         unit = "us/chunk" if workload == "stream" else "us/call"
         plain, plain_best = statistics.median(by_mode["plain"]), min(by_mode["plain"])
         for mode in modes:
             median, best = statistics.median(by_mode[mode]), min(by_mode[mode])
             print(
-                f"{workload:<10} {mode:<16} {median * 1e6:>8.2f} {unit} {median / plain:>6.3f} "
+                f"{workload:<10} {mode:<21} {median * 1e6:>8.2f} {unit} {median / plain:>6.3f} "
                 f"{best * 1e6:>8.2f} {unit} {best / plain_best:>6.3f}"
             )
 

@@ -18,6 +18,7 @@ from .._core.redact import safe_url
 from ..testing import FaultGateway
 from .probe import ProbeReport
 from .probe import probe as run_probe
+from .run import add_run_command
 
 __all__ = ["main"]
 
@@ -238,5 +239,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="print one JSON object (default: off, a table for people)",
     )
     probe.set_defaults(run=_probe)
+    add_run_command(commands)
     args = parser.parse_args(argv)
     return int(args.run(args))

@@ -34,17 +34,27 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "ENV_CONNECT_TIMEOUT",
     "ENV_IDLE_TIMEOUT",
+    "ENV_INSTRUMENT_REQUEST_TIMEOUT",
+    "ENV_INSTRUMENT_SOCKETS",
+    "ENV_INSTRUMENT_THREADS",
     "ENV_MAX_ATTEMPTS",
     "ENV_TIMEOUT",
     "IDLE_TIMEOUT_UNSET",
+    "INSTRUMENT_REQUEST_TIMEOUT_UNSET",
+    "INSTRUMENT_SOCKETS_UNSET",
+    "INSTRUMENT_THREADS_UNSET",
+    "OptionUnset",
     "TIMEOUT_UNSET",
     "Unset",
     "budget_limit",
     "deprecated",
+    "env_flag",
     "env_int",
     "env_seconds",
     "first_limit",
     "idle_setting",
+    "instrument_flag",
+    "instrument_seconds",
     "max_attempts",
     "origin",
 ]
@@ -53,6 +63,9 @@ ENV_TIMEOUT = "WATCHDOG_SYNC_TIMEOUT"
 ENV_IDLE_TIMEOUT = "WATCHDOG_SYNC_IDLE_TIMEOUT"
 ENV_CONNECT_TIMEOUT = "WATCHDOG_SYNC_CONNECT_TIMEOUT"
 ENV_MAX_ATTEMPTS = "WATCHDOG_SYNC_MAX_ATTEMPTS"
+ENV_INSTRUMENT_REQUEST_TIMEOUT = "WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT"
+ENV_INSTRUMENT_SOCKETS = "WATCHDOG_SYNC_INSTRUMENT_SOCKETS"
+ENV_INSTRUMENT_THREADS = "WATCHDOG_SYNC_INSTRUMENT_THREADS"
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_IDLE_TIMEOUT = 120.0
@@ -67,6 +80,8 @@ _MAX_ATTEMPTS = 1000
 _PACKAGE = "watchdog_sync."
 _DECIMAL = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,9})?$")
 _INTEGER = re.compile(r"^[0-9]{1,6}$")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 class Unset:
@@ -91,10 +106,26 @@ class _AsIdle:
         return "idle_timeout"
 
 
+class OptionUnset:
+    """An ``instrument()`` option not given: its environment variable, else ``default``."""
+
+    __slots__ = ("default", "env")
+
+    def __init__(self, env: str, default: Any) -> None:
+        self.env = env
+        self.default = default
+
+    def __repr__(self) -> str:
+        return f"${self.env} or {self.default!r}"
+
+
 TIMEOUT_UNSET: Any = Unset(ENV_TIMEOUT, DEFAULT_TIMEOUT)
 IDLE_TIMEOUT_UNSET: Any = Unset(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
 CONNECT_TIMEOUT_UNSET: Any = Unset(ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT)
 AS_IDLE: Any = _AsIdle()
+INSTRUMENT_REQUEST_TIMEOUT_UNSET: Any = OptionUnset(ENV_INSTRUMENT_REQUEST_TIMEOUT, None)
+INSTRUMENT_SOCKETS_UNSET: Any = OptionUnset(ENV_INSTRUMENT_SOCKETS, False)
+INSTRUMENT_THREADS_UNSET: Any = OptionUnset(ENV_INSTRUMENT_THREADS, False)
 
 
 def deprecated(message: str) -> None:
@@ -150,6 +181,48 @@ def first_limit(value: Any, idle: Optional[float], name: str) -> Optional[float]
         )
         return idle
     return idle_limit(value, name)
+
+
+def instrument_seconds(value: Any, name: str) -> Optional[float]:
+    """A limit of ``instrument()`` (``> 0``; ``None``/``inf``: none); ``OptionUnset`` reads its
+    environment variable (unset or empty: none)."""
+    if isinstance(value, OptionUnset):
+        raw = os.environ.get(value.env, "").strip()
+        if not raw:
+            return None
+        seconds = env_seconds(value.env, 0.0)
+        if seconds <= 0:
+            raise ValueError(
+                f"environment variable {value.env}={os.environ.get(value.env)!r} must be more "
+                "than 0 seconds; fix or unset it"
+            )
+        return seconds
+    return validate_duration(value, name, allow_zero=False)
+
+
+def instrument_flag(value: Any, name: str) -> bool:
+    """An on/off option of ``instrument()``; ``OptionUnset`` reads its environment variable."""
+    if isinstance(value, OptionUnset):
+        return env_flag(value.env, bool(value.default))
+    if not isinstance(value, bool):
+        raise TypeError(f"instrument({name}=...) takes True or False, not {value!r}")
+    return value
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """On or off from environment variable ``name`` (``1/true/yes/on``, ``0/false/no/off``)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    text = raw.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(
+        f"environment variable {name}={raw!r} must be 1, true, yes or on (or 0, false, no, "
+        "off); fix or unset it"
+    )
 
 
 def max_attempts() -> int:

@@ -22,17 +22,23 @@ calls the steps of ``guard.py`` (the ones :class:`Session`'s subclasses call):
   otherwise look complete), and a read in a :func:`guard_stream` reader
   thread registers its socket so the stream can shut it on idle.
 
-Outside any scope each wrapper costs a check or two of a ``ContextVar`` and
-calls the original. Pools and connections of :class:`Session` are left to
+With ``instrument(request_timeout=...)`` each ``urlopen`` (in a scope or not)
+runs under a :class:`~.request_timeout.RequestTimer` of its own, whose end
+raises :class:`~.request_timeout.Urllib3RequestTimeout` from the request or
+its body read; requests' wrapping of it is undone in ``instrument_requests.py``.
+
+Outside any scope (and with no request timeout) each wrapper costs a check or
+two of a ``ContextVar`` and calls the original. Pools and connections of :class:`Session` are left to
 their own subclasses (``_watchdog_sync_guarded``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import math
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, NoReturn, Optional, Tuple
 
 from urllib3 import connection as _connection
 from urllib3 import connectionpool as _pool
@@ -40,12 +46,22 @@ from urllib3 import response as _response
 from urllib3.exceptions import TimeoutStateError
 from urllib3.util import Timeout
 
-from .._core.budget import _noop
+from .._core.budget import Budget, _noop
+from .._core.errors import Cancelled
 from .._core.scope import scoped_budget
 from . import guard as _guard
 from .guard import ACTIVE_GUARD, FLOOR, GUARD_ATTR, ConnectionGuard, raise_budget_end
+from .instrument_requests import requests_patches
 from .patches import PatchSet
 from .reads import READER_SOCKETS, reading
+from .request_timeout import (
+    TIMER_ATTR,
+    RequestTimer,
+    Urllib3RequestTimeout,
+    is_request_timeout,
+    request_limit,
+    request_timeout_message,
+)
 
 __all__ = ["urllib3_patches"]
 
@@ -73,6 +89,7 @@ def urllib3_patches() -> PatchSet:
     pool = _pool.HTTPConnectionPool
     patches.wrap(pool, "_put_conn", functools.partial(_put_conn, patches))
     patches.wrap(pool, "_get_conn", functools.partial(_get_conn, patches))
+    requests_patches(patches)
     patches.wrap(pool, "urlopen", functools.partial(_urlopen, patches))
     return patches
 
@@ -93,33 +110,93 @@ def _urlopen(patches: PatchSet, original: _Fn) -> _Fn:
     signature = inspect.signature(original)
 
     def urlopen(self: Any, *args: Any, **kwargs: Any) -> Any:
-        budget = scoped_budget()
-        if budget is None or not patches.active or _guarded_by_session(self):
+        if not patches.active or _guarded_by_session(self):
             return original(self, *args, **kwargs)
         active = ACTIVE_GUARD.get()
         if active is not None:  # urllib3's own retry or redirect, inside the request
-            budget = active.budget
-        budget.check()
-        if len(args) > _TIMEOUT_POSITION:  # the timeouts were given by position
-            args, kwargs = (), _by_name(signature, self, args, kwargs)
-        else:
-            kwargs = dict(kwargs)
-        _clip(self, kwargs, budget.remaining())
-        if active is not None:
+            active.budget.check()
+            args, kwargs = _clipped(signature, self, args, kwargs, _left(active.budget))
             return _send(original, self, args, kwargs, active)
-        guard = ConnectionGuard(budget, None, _noop)
+        scope = scoped_budget()
+        limit = request_limit()
+        if scope is None and limit is None:
+            return original(self, *args, **kwargs)
+        if scope is not None:
+            scope.check()
+        timer = None if limit is None else RequestTimer(limit, scope)
+        budget = scope if timer is None else timer.budget
+        assert budget is not None
+        args, kwargs = _clipped(
+            signature,
+            self,
+            args,
+            kwargs,
+            budget.remaining() if timer is None else timer.remaining(),
+        )
+        guard = ConnectionGuard(budget, None, _noop if timer is None else timer.stop)
         patches.track(guard)
         token = ACTIVE_GUARD.set(guard)
+        timer_token = _TIMER.set(timer)
         answered = False
         try:
             response = _send(original, self, args, kwargs, guard)
             answered = True
+        except BaseException as exc:
+            if timer is None or not (is_request_timeout(exc) or _timed_out(exc, timer)):
+                raise
+            url = kwargs.get("url", args[1] if len(args) > 1 else None)
+            message = request_timeout_message(timer.budget)
+            raise Urllib3RequestTimeout(message, pool=self, url=url) from None
         finally:
+            _TIMER.reset(timer_token)
             ACTIVE_GUARD.reset(token)
             guard.request_finished(answered=answered)
+        if timer is not None:
+            if _is_event_stream(response):
+                timer.stop()  # the stream is left to the scope (and its own idle rules)
+            else:
+                setattr(response, TIMER_ATTR, timer)
         return response
 
     return urlopen
+
+
+# The request timer of the request in progress (its retries and redirects share it).
+_TIMER: contextvars.ContextVar[Optional[RequestTimer]] = contextvars.ContextVar(
+    "watchdog_sync_request_timer", default=None
+)
+
+
+def _timed_out(exc: BaseException, timer: RequestTimer) -> bool:
+    """A failure of urllib3's own that the request's limit caused: a read clipped to the
+    same moment can time out just before the timer's cancel comes."""
+    return isinstance(exc, Exception) and timer.due
+
+
+def _left(budget: Budget) -> float:
+    timer = _TIMER.get()
+    return budget.remaining() if timer is None else timer.remaining()
+
+
+def _clipped(
+    signature: inspect.Signature,
+    pool: Any,
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+    remaining: float,
+) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """``urlopen``'s arguments with its timeouts capped at ``remaining`` seconds."""
+    if len(args) > _TIMEOUT_POSITION:  # the timeouts were given by position
+        args, kwargs = (), _by_name(signature, pool, args, kwargs)
+    else:
+        kwargs = dict(kwargs)
+    _clip(pool, kwargs, remaining)
+    return args, kwargs
+
+
+def _is_event_stream(response: Any) -> bool:
+    content_type: str = response.headers.get("content-type", "")
+    return 200 <= response.status < 300 and content_type.lower().startswith("text/event-stream")
 
 
 def _by_name(
@@ -275,14 +352,15 @@ def _read(patches: PatchSet, original: _Fn) -> _Fn:
         remove = reading(_socket_of(self))
         try:
             data = original(self, *args, **kwargs)
-        except Exception:
+        except Exception as exc:
             if guard is not None and guard.fired:
-                raise_budget_end(guard)
+                _raise_end(guard)
+            _raise_if_timed_out(self, exc)
             raise
         finally:
             remove()
         if guard is not None and guard.fired:  # a shut body can look like a clean end
-            raise_budget_end(guard)
+            _raise_end(guard)
         return data
 
     return read
@@ -303,11 +381,31 @@ def _guarded_chunks(response: Any, chunks: Iterator[bytes]) -> Iterator[bytes]:
     remove = reading(_socket_of(response))
     try:
         yield from chunks
-    except Exception:
+    except Exception as exc:
         if guard is not None and guard.fired:
-            raise_budget_end(guard)
+            _raise_end(guard)
+        _raise_if_timed_out(response, exc)
         raise
     finally:
         remove()
     if guard is not None and guard.fired:
+        _raise_end(guard)
+
+
+def _raise_end(guard: ConnectionGuard) -> NoReturn:
+    """What the budget's end means for a body read: the request timeout's own error, or
+    ``Cancelled`` for the enclosing scope."""
+    try:
         raise_budget_end(guard)
+    except Cancelled as exc:
+        if not is_request_timeout(exc):
+            raise
+        raise Urllib3RequestTimeout(request_timeout_message(exc.budget)) from None
+
+
+def _raise_if_timed_out(response: Any, exc: Exception) -> None:
+    """A body read that failed once its request's limit had passed ends with the request
+    timeout's own error."""
+    timer: Optional[RequestTimer] = getattr(response, TIMER_ATTR, None)
+    if timer is not None and _timed_out(exc, timer):
+        raise Urllib3RequestTimeout(request_timeout_message(timer.budget)) from None

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from .._core.budget import Budget, _noop
 from .._core.forks import process_local
+from .._http.instrument_sockets import GUARDED
 from .._http.resolve import addresses_bounded, is_ip_literal
 from .._http.shutter import SocketSet
 
@@ -140,9 +141,11 @@ def head_phase(budget: Budget, until: Optional[float] = None) -> Iterator[HeadGu
     """Make a :class:`HeadGuard` current while httpcore sends the request and reads the head."""
     guard = HeadGuard(budget, until)
     token = HEAD.set(guard)
+    guarded = GUARDED.set(True)  # instrument(sockets=True) leaves these sockets to the guard
     try:
         yield guard
     finally:
+        GUARDED.reset(guarded)
         HEAD.reset(token)
         guard.release()
 

@@ -4,9 +4,15 @@ Opt-in and process-wide: it patches urllib3 (so requests, botocore, ...) at
 the points that see every connection of every pool (``_http/instrument_urllib3.py``),
 and the ``HTTPTransport`` of httpx2 and httpx (so the openai and anthropic
 SDKs) through :class:`HTTPXTransport`'s budget binding (``instrument_httpx.py``).
-Calls are counted: each ``instrument()`` returns its own undo, and the
-patches come out when the last undo has run, restoring the original methods
-exactly. Thread-safe: calls and undos may come from any thread.
+Its options add patch sets of their own: ``sockets`` (the ``socket`` and
+``ssl`` classes, ``_http/instrument_sockets.py``) and ``threads``
+(``threading.Thread`` and ``ThreadPoolExecutor``, ``_http/instrument_threads.py``);
+``request_timeout`` adds a limit that the urllib3 and httpx patches read per
+request (``_http/request_timeout.py``). Options left out come from the
+environment (``_core/config.py``). Calls are counted: each ``instrument()``
+returns its own undo, and each patch set comes out when the last undo that
+took it has run, restoring the original methods exactly. Thread-safe: calls
+and undos may come from any thread.
 """
 
 from __future__ import annotations
@@ -14,8 +20,19 @@ from __future__ import annotations
 import threading
 from typing import Callable, Dict, List, Optional
 
+from .._core.config import (
+    INSTRUMENT_REQUEST_TIMEOUT_UNSET,
+    INSTRUMENT_SOCKETS_UNSET,
+    INSTRUMENT_THREADS_UNSET,
+    instrument_flag,
+    instrument_seconds,
+)
+from .._core.durations import Duration
+from .._http.instrument_sockets import sockets_patches
+from .._http.instrument_threads import threads_patches
 from .._http.instrument_urllib3 import urllib3_patches
 from .._http.patches import PatchSet
+from .._http.request_timeout import add_request_timeout
 from .instrument_httpx import httpx_patches
 
 __all__ = ["instrument"]
@@ -23,13 +40,22 @@ __all__ = ["instrument"]
 _BUILDERS: Dict[str, Callable[[], Optional[PatchSet]]] = {
     "urllib3": urllib3_patches,
     "httpx": httpx_patches,
+    "sockets": sockets_patches,
+    "threads": threads_patches,
 }
 _LOCK = threading.Lock()
 _USERS: Dict[str, int] = {}
 _INSTALLED: Dict[str, PatchSet] = {}
 
 
-def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None]:
+def instrument(
+    *,
+    urllib3: bool = True,
+    httpx: bool = True,
+    sockets: bool = INSTRUMENT_SOCKETS_UNSET,
+    threads: bool = INSTRUMENT_THREADS_UNSET,
+    request_timeout: Optional[Duration] = INSTRUMENT_REQUEST_TIMEOUT_UNSET,
+) -> Callable[[], None]:
     """Bound every urllib3 and httpx connection in the process by the current ``deadline()`` scope.
 
     After ``instrument()``, inside a ``deadline()`` scope every request that
@@ -44,9 +70,11 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
     :class:`HTTPXTransport`'s binding with no idle limit of its own (a client
     on :func:`httpx_client` is bound once, by its transport). A connection is bound only while a
     request has it checked out: one back in the pool is never shut, and the
-    next request reuses it. Outside any scope nothing changes (a check of a
+    next request reuses it. With the options left out (and their environment
+    variables unset), outside any scope nothing changes (a check of a
     ``ContextVar`` per call, measured in ``docs/benchmarks.md``), and
-    :class:`Session`'s own pools are left to Session.
+    :class:`Session`'s own pools (and :func:`httpx_client`'s transport) are left
+    to their own budgets, ``request_timeout`` included.
 
     :func:`guard_stream` over a body read through such a connection
     (``guard_stream(response.iter_lines(), idle_timeout=30)``) shuts that
@@ -54,6 +82,20 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
     ``close()``), with or without ``on_timeout``, so its reader thread exits;
     the same for an SDK stream (``guard_stream(client.chat.completions.create(
     ..., stream=True), idle_timeout=30)``), in a scope or not.
+
+    ``request_timeout``: every request through urllib3 or httpx, in a scope or
+    not, gets a time limit of its own (the tighter of it and the enclosing
+    scope's): name resolution, connect, TLS, sending, the response head and a
+    body that is not an event stream, read to its end, all within it, the
+    connection shut from outside at its end (an event stream, ``text/event-stream``,
+    is bound by it up to its head, then left to the scope). At its end the request
+    fails with the timeout error its caller already handles, which is also ours
+    (``reason='request_timeout'``, retryable; ``classify()`` reads it as a
+    timeout): ``requests.ReadTimeout`` through requests, urllib3's
+    ``ReadTimeoutError`` through urllib3 alone, httpx's ``TimeoutException``
+    through httpx2 or httpx, so an SDK maps it to its own timeout error and
+    retries it within the scope. Calls are counted here too: the tightest
+    ``request_timeout`` of the calls not yet undone applies.
 
     On timeout or cancel: when the scope's budget ends, the request (or the
     body read) raises :class:`Cancelled`, a ``BaseException``, so neither
@@ -70,6 +112,29 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
         httpx: patch httpx2 and httpx, whichever are installed (imported
             now if they are; neither installed: nothing to patch). Async
             transports are not patched.
+        sockets: bind every other socket too: inside a scope, a socket
+            connected through Python's ``socket`` module (http.client,
+            urllib.request, a client with HTTP code of its own) has its
+            timeout clipped to the time left when it connects and is shut from
+            outside at the budget's end; a read or write that then ends with
+            nothing or fails raises ``Cancelled``. The socket belongs to that
+            scope even if used after it. Sockets that urllib3's and httpx's
+            request guards bound, and non-blocking ones, are left alone. Off by
+            default (it adds a Python call to every socket read).
+            Left out: ``WATCHDOG_SYNC_INSTRUMENT_SOCKETS`` (``1``/``true``/``yes``/``on``
+            or ``0``/``false``/``no``/``off``), else off.
+        threads: carry the scope into threads: a ``threading.Thread`` (a
+            subclass's own ``run()`` too) started inside a scope runs inside
+            its budget, and so does each task submitted to a
+            ``concurrent.futures.ThreadPoolExecutor`` (the pool's workers
+            carry nothing of their own). In a thread, the budget's end raises
+            ``Cancelled`` in library waits; one that leaves a thread's
+            ``run()`` ends the thread quietly, one in a pool task reaches
+            ``future.result()``, and the scope converts it. Left out:
+            ``WATCHDOG_SYNC_INSTRUMENT_THREADS``, else off.
+        request_timeout: seconds (float or ``timedelta``, ``> 0``) each
+            request may take; ``None`` or ``inf``: no limit of its own. Left
+            out: ``WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT`` (seconds), else none.
 
     Returns:
         ``undo``: removes this call's patches. Idempotent (a second call does
@@ -79,7 +144,10 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
         an httpx response already returned stays bounded until it is closed.
 
     Raises:
-        TypeError: an argument is not a bool.
+        TypeError: ``urllib3``, ``httpx``, ``sockets`` or ``threads`` is not a bool, or ``request_timeout``
+            not a number of seconds.
+        ValueError: ``request_timeout`` is ``<= 0`` or NaN, or one of the
+            environment variables above is malformed (the message names it).
 
     Example::
 
@@ -89,10 +157,14 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
             openai.OpenAI().chat.completions.create(...)   # the same
         undo()
     """
-    for name, value in (("urllib3", urllib3), ("httpx", httpx)):
+    sockets = instrument_flag(sockets, "sockets")
+    threads = instrument_flag(threads, "threads")
+    limit = instrument_seconds(request_timeout, "request_timeout")
+    options = (("urllib3", urllib3), ("httpx", httpx), ("sockets", sockets), ("threads", threads))
+    for name, value in options:
         if not isinstance(value, bool):
             raise TypeError(f"instrument({name}=...) takes True or False, not {value!r}")
-    wanted = [name for name, on in (("urllib3", urllib3), ("httpx", httpx)) if on]
+    wanted = [name for name, on in options if on]
     taken: List[str] = []
     with _LOCK:
         for library in wanted:
@@ -105,19 +177,25 @@ def instrument(*, urllib3: bool = True, httpx: bool = True) -> Callable[[], None
                 _INSTALLED[library] = patches
             _USERS[library] = _USERS.get(library, 0) + 1
             taken.append(library)
-    return _Undo(taken)
+    clients = [name for name in taken if name in ("urllib3", "httpx")]
+    removers = [] if limit is None or not clients else [add_request_timeout(limit)]
+    return _Undo(taken, removers)
 
 
 class _Undo:
     """The undo of one instrument() call: releases its share of each library's patches."""
 
-    def __init__(self, libraries: List[str]) -> None:
+    def __init__(self, libraries: List[str], removers: List[Callable[[], None]]) -> None:
         self._libraries = libraries
+        self._removers = removers
         self._lock = threading.Lock()
 
     def __call__(self) -> None:
         with self._lock:
             libraries, self._libraries = self._libraries, []
+            removers, self._removers = self._removers, []
+        for remove in removers:
+            remove()
         if not libraries:
             return
         with _LOCK:

@@ -19,6 +19,13 @@ The openai and anthropic SDKs (and most other httpx code) send through an
   with a :func:`guard_stream` reader thread while it reads, so a guarded SDK
   stream that goes quiet is shut and its reader exits.
 
+With ``instrument(request_timeout=...)``, every request (in a scope or not) goes
+through :class:`HTTPXTransport` under a request timer of its own
+(``_http/request_timeout.py``), its timeouts clipped to it; its end raises
+httpx's ``TimeoutException`` family (``request_timeout.py``) from the request or
+from a body read, and the timer stops at the body's end (an event stream's: at its
+head).
+
 A request already inside an :class:`HTTPXTransport` (``httpx_client()``) is
 bound once, by that transport. Async transports are not patched.
 """
@@ -29,11 +36,13 @@ import functools
 import importlib
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from .._core.scope import scoped_budget
+from .._core.scope import scoped_budget, using_budget
 from .._http.patches import PatchSet
 from .._http.reads import reading
+from .._http.request_timeout import RequestTimer, is_request_timeout, request_limit
 from .body import socket_of
 from .httpcore_hooks import class_patches
+from .request_timeout import request_timeout_error
 
 __all__ = ["httpx_patches"]
 
@@ -65,25 +74,78 @@ def httpx_patches() -> Optional[PatchSet]:
 
 
 def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
-    from .transport import BOUND, HTTPXTransport
+    from .transport import BOUND
 
     direct = _direct_class(lib)
     reading_body = type("ReadingBody", (_ReadingBody, lib.SyncByteStream), {})
+    timed_body = type("TimedBody", (_TimedBody, lib.SyncByteStream), {})
 
     def handle_request(self: Any, request: Any) -> Any:
         if not patches.active or BOUND.get():
             return original(self, request)
-        if scoped_budget() is None:
+        scope = scoped_budget()
+        limit = request_limit()
+        if limit is not None:
+            timer = RequestTimer(limit, scope)
+            response = _timed(lib, direct(self, original), request, timer)
+            response.stream = timed_body(response.stream, lib, timer)
+        elif scope is None:
             response = original(self, request)
         else:
-            bound = HTTPXTransport(direct(self, original), idle_timeout=None)
-            response = bound.handle_request(request)
+            response = _bound(direct(self, original), request)
         sock = socket_of(response)
         if sock is not None:
             response.stream = reading_body(response.stream, sock)
         return response
 
     return handle_request
+
+
+def _bound(transport: Any, request: Any) -> Any:
+    """``request`` through :class:`HTTPXTransport`, bounded by the current scope's budget."""
+    from .transport import HTTPXTransport
+
+    return HTTPXTransport(transport, idle_timeout=None).handle_request(request)
+
+
+def _timed(lib: Any, transport: Any, request: Any, timer: RequestTimer) -> Any:
+    """``request`` under its own timeout (``timer``) and the enclosing scope's."""
+    extensions = request.extensions
+    extensions["timeout"] = _clipped(extensions.get("timeout"), timer.remaining())
+    try:
+        with using_budget(timer.budget):
+            response = _bound(transport, request)
+    except BaseException as exc:
+        timer.stop()
+        if not _timed_out(exc, timer):
+            raise
+        error = request_timeout_error(lib, timer.budget)
+    else:
+        if _is_event_stream(response):
+            timer.stop()  # the stream is left to the scope (and its own idle rules)
+        return response
+    raise error from None
+
+
+def _timed_out(exc: BaseException, timer: RequestTimer) -> bool:
+    """The request's own limit ended it: its cancel, or an httpx timeout of the same moment."""
+    return is_request_timeout(exc) or (isinstance(exc, Exception) and timer.due)
+
+
+def _clipped(timeouts: Any, remaining: float) -> Dict[str, Optional[float]]:
+    """httpx's timeout extension with every phase capped at ``remaining`` seconds."""
+    given = timeouts if isinstance(timeouts, dict) else {}
+    clipped: Dict[str, Optional[float]] = {}
+    for key in ("connect", "read", "write", "pool"):
+        value = given.get(key)
+        clipped[key] = remaining if value is None else min(float(value), remaining)
+    return clipped
+
+
+def _is_event_stream(response: Any) -> bool:
+    content_type: str = response.headers.get("content-type", "")
+    status: int = response.status_code
+    return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
 
 
 _DIRECT: Dict[str, type] = {}
@@ -105,6 +167,32 @@ def _direct_class(lib: Any) -> type:
         cls = type("UnpatchedTransport", (lib.BaseTransport,), namespace)
         _DIRECT[lib.__name__] = cls
     return cls
+
+
+class _TimedBody:
+    """A response body read under its request's own timeout: the timeout's end raises httpx's
+    timeout error (and ours); the timer stops when the body is read to its end or closed."""
+
+    def __init__(self, inner: Any, lib: Any, timer: RequestTimer) -> None:
+        self._inner = inner
+        self._lib = lib
+        self._timer = timer
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._inner
+        except BaseException as exc:
+            if not _timed_out(exc, self._timer):
+                raise
+            error = request_timeout_error(self._lib, self._timer.budget)
+        else:
+            self._timer.stop()
+            return
+        raise error from None
+
+    def close(self) -> None:
+        self._timer.stop()
+        self._inner.close()
 
 
 class _ReadingBody:

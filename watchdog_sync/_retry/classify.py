@@ -209,7 +209,9 @@ def _own(exc: WatchdogError) -> Classification:
     elif isinstance(exc, RetryExhausted):
         kind = "exhausted"
     else:
-        kind = "timeout" if isinstance(exc, TimeoutError) else "unknown"
+        # A request's own timeout is also urllib3's or requests' timeout, not a TimeoutError.
+        timeout = isinstance(exc, TimeoutError) or exc.reason == "request_timeout"
+        kind = "timeout" if timeout else "unknown"
     phase = exc.phase if isinstance(exc, OperationTimeout) else None
     return Classification(kind, exc.reason, bool(exc.retryable), phase=phase)
 

@@ -1,0 +1,1 @@
+"""The directory ``watchdog-sync run`` puts first on ``PYTHONPATH``: its ``sitecustomize``."""

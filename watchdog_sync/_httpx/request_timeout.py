@@ -1,0 +1,73 @@
+"""A request's own timeout (instrument(request_timeout=...)) as httpx raises a timeout.
+
+The error is of httpx's ``TimeoutException`` family (of httpx2 or httpx: the
+library the request went through), so the SDKs on httpx map it to their own
+timeout error (``openai.APITimeoutError``, ...) and retry it as one; it is
+also an :class:`OperationTimeout` with ``reason='request_timeout'``,
+retryable. The class is made for a library when first needed: importing
+watchdog_sync never imports httpx. It pickles, like every error of ours.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, Dict, Tuple
+
+from .._core.budget import Budget
+from .._core.errors import OperationTimeout
+from .._http.request_timeout import REQUEST_TIMEOUT, request_timeout_message
+
+__all__ = ["request_timeout_error"]
+
+_CLASSES: Dict[str, type] = {}
+_LOCK = threading.Lock()
+
+
+def request_timeout_error(lib: Any, budget: Budget) -> OperationTimeout:
+    """The error for a request of ``lib`` (``httpx2`` or ``httpx``) whose own timeout ended
+    (``budget``: the request's)."""
+    error: OperationTimeout = _class_for(lib)(request_timeout_message(budget))
+    return error
+
+
+def _class_for(lib: Any) -> type:
+    with _LOCK:
+        cls = _CLASSES.get(lib.__name__)
+        if cls is None:
+            namespace = {
+                "__module__": __name__,
+                "__doc__": (
+                    f"A request's own timeout: {lib.__name__}.TimeoutException, and "
+                    "watchdog_sync's OperationTimeout (reason 'request_timeout')."
+                ),
+                "default_reason": REQUEST_TIMEOUT,
+                "_library": lib.__name__,
+                "__init__": _init,
+                "__reduce__": _reduce,
+            }
+            cls = type("RequestTimeout", (OperationTimeout, lib.TimeoutException), namespace)
+            _CLASSES[lib.__name__] = cls
+        return cls
+
+
+def _init(self: Any, message: str) -> None:
+    OperationTimeout.__init__(self, message)
+    self._request = None  # httpx's own errors: set by httpx when the request is known
+
+
+# What a copy carries: our fields, not httpx's request (its body and headers stay here).
+_FIELDS = ("reason", "stage", "attempt", "elapsed", "remaining", "retryable", "request_id")
+
+
+def _reduce(self: Any) -> Tuple[Any, ...]:
+    fields = {name: getattr(self, name) for name in _FIELDS}
+    return (_rebuilt, (self._library, self.message, fields))
+
+
+def _rebuilt(library: str, message: str, fields: Dict[str, Any]) -> Any:
+    """Unpickle: the class of ``library`` (imported, and made if need be)."""
+    error = _class_for(importlib.import_module(library))(message)
+    for name, value in fields.items():
+        setattr(error, name, value)
+    return error
