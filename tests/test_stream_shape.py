@@ -65,14 +65,15 @@ def test_no_module_of_the_stream_half_is_over_450_lines() -> None:
 
 
 def test_no_class_of_the_stream_half_subclasses_a_class_of_another_module() -> None:
-    """A class holds another module's object; it does not build on its class."""
+    """A class holds another module's object; it does not build on its class. The error
+    tree is the exception: an error of a part extends ``_core/errors.py``'s classes."""
     found: List[Tuple[str, str]] = []
     for path in HALF:
         tree = _tree(path)
         imported = {
             alias.asname or alias.name
             for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.level > 0
+            if isinstance(node, ast.ImportFrom) and node.level > 0 and node.module != "_core.errors"
             for alias in node.names
         }
         for node in ast.walk(tree):
