@@ -7,12 +7,15 @@ is no_finish_reason, an oversized event is event_too_large.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Iterator, List
 
 import anthropic
 import openai
 import pytest
+import requests
+import sseclient
 
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
@@ -57,15 +60,29 @@ def anthropic_text(base: str) -> str:
         return "".join(stream.text_stream)
 
 
-READERS: List[Callable[[str], str]] = [openai_text, anthropic_text]
-API = {openai_text: "openai", anthropic_text: "anthropic"}
+def requests_text(base: str) -> str:
+    """requests and sseclient-py, as a hand-written client has them."""
+    payload = {"model": "m", "messages": MESSAGES, "stream": True}
+    with requests.post(f"{base}/chat/completions", json=payload, stream=True, timeout=60) as r:
+        text = ""
+        for event in sseclient.SSEClient(r).events():
+            if event.data == "[DONE]":
+                break
+            choices = json.loads(event.data).get("choices") or [{}]
+            text += (choices[0].get("delta") or {}).get("content") or ""
+        return text
+
+
+READERS: List[Callable[[str], str]] = [openai_text, anthropic_text, requests_text]
+API = {openai_text: "openai", anthropic_text: "anthropic", requests_text: "openai"}
+IDS = ["openai", "anthropic", "requests"]
 
 
 def _route(gateway: FaultGateway, scenario: str, read: Callable[[str], str]) -> str:
     return gateway.base_url(scenario, api=API[read])
 
 
-@pytest.mark.parametrize("read", READERS, ids=["openai", "anthropic"])
+@pytest.mark.parametrize("read", READERS, ids=IDS)
 def test_a_stream_silent_before_its_first_event_is_sent_again(
     idle: None, gateway: FaultGateway, read: Callable[[str], str]
 ) -> None:
@@ -77,7 +94,7 @@ def test_a_stream_silent_before_its_first_event_is_sent_again(
     assert len(gateway.requests_seen(base)) == 2
 
 
-@pytest.mark.parametrize("read", READERS, ids=["openai", "anthropic"])
+@pytest.mark.parametrize("read", READERS, ids=IDS)
 @pytest.mark.parametrize(
     "scenario, sends",
     [("pings_only", 3), ("stall_after_chunks", 1)],  # data delivered: never sent again
@@ -95,7 +112,7 @@ def test_a_silent_stream_ends_at_the_idle_limit(
     assert len(gateway.requests_seen(base)) == sends
 
 
-@pytest.mark.parametrize("read", READERS, ids=["openai", "anthropic"])
+@pytest.mark.parametrize("read", READERS, ids=IDS)
 @pytest.mark.parametrize(
     "scenario, reason", [("no_finish_reason", "no_finish_reason"), ("huge_line", "event_too_large")]
 )
@@ -201,3 +218,18 @@ def test_a_malformed_environment_variable_is_named(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("WATCHDOG_SYNC_INSTRUMENT_IDLE_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="WATCHDOG_SYNC_INSTRUMENT_IDLE_TIMEOUT"):
         ws.instrument()
+
+
+def test_a_reset_requests_stream_keeps_requests_error(idle: None, gateway: FaultGateway) -> None:
+    """A body read that fails below the stream rules is requests' ChunkedEncodingError, as before."""
+    with pytest.raises(requests.exceptions.ChunkedEncodingError):
+        requests_text(gateway.base_url("reset_mid_stream"))
+
+
+def test_a_requests_completion_that_is_no_stream_is_left_alone(
+    idle: None, gateway: FaultGateway
+) -> None:
+    base = gateway.base_url("ok")
+    payload = {"model": "m", "messages": MESSAGES}
+    answer = requests.post(f"{base}/chat/completions", json=payload, timeout=30).json()
+    assert answer["choices"][0]["message"]["content"] == TEXT

@@ -9,7 +9,8 @@ Its options add patch sets of their own: ``sockets`` (the ``socket`` and
 (``threading.Thread`` and ``ThreadPoolExecutor``, ``_http/instrument_threads.py``);
 ``request_timeout`` adds a limit that the urllib3 and httpx patches read per
 request (``_http/request_timeout.py``), ``idle_timeout`` / ``first_event_timeout``
-the stream limits they read per event stream (``_stream/instrument_limits.py``). Options left out come from the
+the stream limits they read per event stream (``_stream/instrument_limits.py``;
+urllib3's event streams are guarded by ``urllib3_streams.py``). Options left out come from the
 environment (``_core/config.py``). Calls are counted: each ``instrument()``
 returns its own undo, and each patch set comes out when the last undo that
 took it has run, restoring the original methods exactly. Thread-safe: calls
@@ -38,11 +39,12 @@ from .._http.patches import PatchSet
 from .._http.request_timeout import add_request_timeout
 from .._stream.instrument_limits import add_instrument_limits, instrument_limits
 from .instrument_httpx import httpx_patches
+from .urllib3_streams import watch_stream
 
 __all__ = ["instrument"]
 
 _BUILDERS: Dict[str, Callable[[], Optional[PatchSet]]] = {
-    "urllib3": urllib3_patches,
+    "urllib3": lambda: urllib3_patches(watch_stream),
     "httpx": httpx_patches,
     "sockets": sockets_patches,
     "threads": threads_patches,
@@ -104,8 +106,9 @@ def instrument(
     ``request_timeout`` of the calls not yet undone applies.
 
     ``idle_timeout`` / ``first_event_timeout``: every event-stream body
-    (``text/event-stream``) read through httpx2 or httpx, in a scope or not, is
-    watched by the stream rules, as under :func:`httpx_client`: a stream
+    (``text/event-stream``) read through httpx2, httpx or urllib3 (requests:
+    a streamed response, ``preload_content=False`` for urllib3 alone), in a
+    scope or not, is watched by the stream rules, as under :func:`httpx_client`: a stream
     silent ``first_event_timeout`` seconds before its first data event (the
     response head included) is sent again, at most twice and within the budget,
     when the request is replayable and does not run inside a ``retry_call``
@@ -115,7 +118,8 @@ def instrument(
     ``StreamProtocolError('no_finish_reason')``; an event over 8 MiB
     ``StreamProtocolError('event_too_large')``. The SDKs pass these errors to
     their caller (anthropic >= 2.17 wraps them in ``APIConnectionError``, ours as
-    its ``__cause__``). The tightest limit of the live calls applies.
+    its ``__cause__``), and so do requests' ``iter_content`` / ``iter_lines``
+    (so sseclient-py). The tightest limit of the live calls applies.
 
     On timeout or cancel: when the scope's budget ends, the request (or the
     body read) raises :class:`Cancelled`, a ``BaseException``, so neither
