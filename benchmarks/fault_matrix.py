@@ -414,24 +414,28 @@ def google_genai(base_url: str) -> Call:
     return _genai_call(genai.Client(api_key=GEMINI_KEY, http_options=options))
 
 
-def _genai_defaults(base_url: str) -> Call:
+def _genai_untimed(base_url: str, **options: Any) -> Call:
     from google import genai
     from google.genai import types
 
-    options = types.HttpOptions(base_url=base_url)
-    return _genai_call(genai.Client(api_key=GEMINI_KEY, http_options=options))
+    http_options = types.HttpOptions(base_url=base_url, **options)
+    return _genai_call(genai.Client(api_key=GEMINI_KEY, http_options=http_options))
 
 
 def google_genai_instrument(base_url: str) -> Call:
     """google-genai with its defaults (no timeout, no retries), after ``instrument()``, the call
     inside ``deadline(D)``."""
-    return _instrumented(_genai_defaults(base_url))
+    return _instrumented(_genai_untimed(base_url))
 
 
 def google_genai_instrument_idle(base_url: str) -> Call:
-    """google-genai with its defaults, after ``instrument(request_timeout=D, idle_timeout=I)``,
-    the call inside ``deadline(D)``."""
-    return _instrumented(_genai_defaults(base_url), **IDLE_OPTIONS)
+    """google-genai with no timeout of its own but its retries on (it retries nothing by
+    default, and instrument() adds no retries: HttpRetryOptions as google_genai has them),
+    after ``instrument(request_timeout=D, idle_timeout=I)``, the call inside ``deadline(D)``."""
+    from google.genai import types
+
+    retries = types.HttpRetryOptions(attempts=3, initial_delay=0.5, max_delay=2.0)
+    return _instrumented(_genai_untimed(base_url, retry_options=retries), **IDLE_OPTIONS)
 
 
 def google_genai_httpx_client(base_url: str) -> Call:
