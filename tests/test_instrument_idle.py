@@ -8,6 +8,8 @@ is no_finish_reason, an oversized event is event_too_large.
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 from typing import Any, Callable, Iterator, List
 
@@ -20,6 +22,7 @@ import sseclient
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .rawserver import RawServer, end_body, read_request_head, send_body_piece, send_sse_head
 from .sdkerrors import raises_from_body
 
 pytestmark = pytest.mark.timeout(60)
@@ -233,3 +236,22 @@ def test_a_requests_completion_that_is_no_stream_is_left_alone(
     payload = {"model": "m", "messages": MESSAGES}
     answer = requests.post(f"{base}/chat/completions", json=payload, timeout=30).json()
     assert answer["choices"][0]["message"]["content"] == TEXT
+
+
+def _error_event_echoing_the_key(conn: socket.socket, stop: threading.Event) -> None:
+    read_request_head(conn)
+    send_sse_head(conn)
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": f"bad {KEY}"}}
+    send_body_piece(conn, b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n")
+    end_body(conn)
+
+
+def test_an_error_event_through_requests_never_shows_the_key(idle: None) -> None:
+    """An Anthropic error event that echoes the request's key: the error masks it."""
+    with RawServer(_error_event_echoing_the_key) as server:
+        response = requests.get(server.url, headers={"x-api-key": KEY}, stream=True, timeout=30)
+        with pytest.raises(Exception) as info:
+            b"".join(response.iter_content(None))
+        response.close()
+    assert ws.classify(info.value).reason == "overloaded"
+    assert KEY not in str(info.value) and KEY not in repr(info.value)

@@ -70,7 +70,7 @@ from .request_timeout import (
 __all__ = ["urllib3_patches"]
 
 _Fn = Callable[..., Any]
-StreamHook = Callable[[Callable[[], Any], Any], Any]
+StreamHook = Callable[[Callable[[], Any], Any, Any, str], Any]
 # urlopen(self, method, url, body, headers, retries, redirect, assert_same_host, timeout, ...):
 # the arguments after self up to here are never the timeouts (urllib3 1.26 and 2.x alike).
 _TIMEOUT_POSITION = 7
@@ -79,7 +79,7 @@ _TIMEOUT_POSITION = 7
 def urllib3_patches(watch_stream: Optional[StreamHook] = None) -> PatchSet:
     """The patches for urllib3, planned (not yet installed); the entry point goes last.
 
-    ``watch_stream(send, body)``: sends each top-level request of a streamed response
+    ``watch_stream(send, body, headers, url)``: sends each top-level request of a streamed response
     (``preload_content=False``) and guards its event stream (a higher layer's).
     """
     patches = PatchSet("urllib3")
@@ -128,7 +128,9 @@ def _urlopen(patches: PatchSet, watch_stream: Optional[StreamHook], original: _F
             return _send(original, self, args, kwargs, active)
         if watch_stream is not None and kwargs.get("preload_content") is False:
             body = kwargs.get("body", args[2] if len(args) > 2 else None)
-            return watch_stream(lambda: top(self, args, kwargs), body)
+            headers = kwargs.get("headers", args[3] if len(args) > 3 else None)
+            url = kwargs.get("url", args[1] if len(args) > 1 else "")
+            return watch_stream(lambda: top(self, args, kwargs), body, headers, str(url))
         return top(self, args, kwargs)
 
     def top(self: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:

@@ -29,7 +29,9 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
 from .._core.budget import Budget
 from .._core.errors import StreamIdleTimeout
+from .._core.redact import request_secrets
 from .._core.scope import boundary, joined_budget, using_budget
+from .._http.environment import proxy_urls
 from .._stream.framing import EventFramer
 from .._stream.instrument_limits import limits_in_force
 from .._stream.limits import StreamLimits, first_event_error
@@ -45,9 +47,10 @@ __all__ = ["watch_stream"]
 _FLOOR = 0.001
 
 
-def watch_stream(send: Callable[[], Any], body: Any) -> Any:
+def watch_stream(send: Callable[[], Any], body: Any, headers: Any, url: str) -> Any:
     """``send()`` (one top-level urllib3 request), its event stream guarded when stream
-    limits are in force; ``body``: the request's body (in memory: it may be sent again)."""
+    limits are in force; ``body``: the request's body (in memory: it may be sent again);
+    ``headers`` and ``url``: the credentials an error event's message must not show."""
     limits = limits_in_force()
     if limits is None:
         return send()
@@ -63,8 +66,9 @@ def watch_stream(send: Callable[[], Any], body: Any) -> Any:
                 return response
             may_resend = replayable and _may_resend(sends, budget)
             try:
+                watch = EventWatch(request_secrets(headers, url, proxy_urls()))
                 return _guarded(
-                    response, limits, budget, owner, release, started, sends, may_resend
+                    response, limits, watch, budget, owner, release, started, sends, may_resend
                 )
             except StreamIdleTimeout:  # raised only when it may be sent again
                 _resent(sends, "no first event", budget)
@@ -73,6 +77,7 @@ def watch_stream(send: Callable[[], Any], body: Any) -> Any:
 def _guarded(
     response: Any,
     limits: StreamLimits,
+    watch: EventWatch,
     budget: Budget,
     owner: Budget,
     release: Callable[[], None],
@@ -89,7 +94,7 @@ def _guarded(
     encoding = response.headers.get("content-encoding", "identity")
     framer = EventFramer(DEFAULT_MAX_EVENT_BYTES)
     with using_budget(budget):  # the stream watches it
-        guarded = threaded_events(_RawBody(raw), framer, EventWatch(), shutter, left, encoding)
+        guarded = threaded_events(_RawBody(raw), framer, watch, shutter, left, encoding)
     items = iter(guarded)
     failure: Optional[Exception] = None
     head = None
