@@ -127,12 +127,21 @@ def test_a_cut_or_oversized_stream_is_a_protocol_error(
     assert raised.value.reason == reason
 
 
+@pytest.mark.parametrize("read", [openai_text, requests_text], ids=["openai", "requests"])
 def test_inside_a_retry_owner_a_silent_stream_raises_for_the_owner(
-    idle: None, gateway: FaultGateway
+    idle: None, gateway: FaultGateway, read: Callable[[str], str]
 ) -> None:
     """retry_call owns the retries: its attempt sees StreamIdleTimeout, and sends again itself."""
     base = gateway.base_url("silent_then_ok")
-    assert ws.retry_call(lambda: openai_text(base)) == TEXT
+    failures: List[BaseException] = []
+
+    def classify(error: BaseException) -> ws.Classification:
+        failures.append(error)
+        return ws.classify(error)
+
+    policy = ws.RetryPolicy(max_attempts=3, initial_backoff=0.01, classify=classify)
+    assert ws.retry_call(lambda: read(base), policy=policy) == TEXT
+    assert [type(error) for error in failures] == [ws.StreamIdleTimeout]
     assert len(gateway.requests_seen(base)) == 2
 
 

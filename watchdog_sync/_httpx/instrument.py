@@ -109,8 +109,10 @@ def instrument(
     (``text/event-stream``) read through httpx2, httpx or urllib3 (requests:
     a streamed response, ``preload_content=False`` for urllib3 alone), in a
     scope or not, is watched by the stream rules, as under :func:`httpx_client`: a stream
-    silent ``first_event_timeout`` seconds before its first data event (the
-    response head included) is sent again, at most twice and within the budget,
+    silent ``first_event_timeout`` seconds before its first data event (through
+    httpx the response head included; through urllib3 from the head on, the head
+    itself bound by ``request_timeout`` and the scope) is sent again, at most
+    twice and within the budget,
     when the request is replayable and does not run inside a ``retry_call``
     attempt (there it raises :class:`StreamIdleTimeout` for the retry owner);
     one silent ``idle_timeout`` seconds between data events raises
