@@ -11,6 +11,9 @@ D = 4 s and an idle (read) timeout I = 1 s. The ``*_httpx_client`` columns are
 the SDKs as docs/howto-keep-your-sdk.md has them: ``http_client=httpx_client(
 idle_timeout=I)``, the call inside ``deadline(D)``, the SDK's own retries left
 at their default (google-genai's are off: ``retry_call`` owns them). The
+``*_instrument`` columns are the SDKs with their defaults after ``instrument()``,
+the call inside ``deadline(D)``; the ``*_instrument_idle`` columns the same after
+``instrument(request_timeout=D, idle_timeout=I)``. The
 anthropic columns talk to the gateway's Anthropic Messages API rendering of
 each scenario, the google_genai columns to its Gemini API rendering (a 429's
 Retry-After is the body's ``RetryInfo.retryDelay`` there). Each call runs in its own
@@ -67,6 +70,8 @@ MODEL = "bench-model"
 API_KEY = "sk-bench-0000"
 GEMINI_KEY = "AIza-bench-0000"
 MESSAGES = [{"role": "user", "content": "Say hello."}]
+# The *_instrument_idle columns: instrument() with a request timeout D and an idle limit I.
+IDLE_OPTIONS: Dict[str, float] = {"request_timeout": DEADLINE, "idle_timeout": IDLE}
 
 # (scenario, expected outcome), default options: the rows of the first survey of the peers.
 SCENARIOS: Sequence[Tuple[str, str]] = (
@@ -103,8 +108,11 @@ PEER_MODULES = ("openai", "anthropic", "httpx", "httpx2", "httpx_sse", "tenacity
 COLUMN_MODULES = {
     "google_genai": "google.genai",
     "google_genai_httpx_client": "google.genai",
+    "google_genai_instrument": "google.genai",
+    "google_genai_instrument_idle": "google.genai",
     "litellm_sdk": "litellm",
     "litellm_sdk_instrument": "litellm",
+    "litellm_sdk_instrument_idle": "litellm",
 }
 
 
@@ -246,12 +254,12 @@ def openai_sdk_defaults(base_url: str) -> Call:
     return _openai(base_url)
 
 
-def _instrumented(sdk_call: Call) -> Call:
-    """``sdk_call`` inside ``deadline(D)``, after ``instrument()`` (applied now, as a program
-    applies it at start-up: its one-time imports are not part of the call); undone after."""
+def _instrumented(sdk_call: Call, **options: Any) -> Call:
+    """``sdk_call`` inside ``deadline(D)``, after ``instrument(**options)`` (applied now, as a
+    program applies it at start-up: its one-time imports are not part of the call); undone after."""
     import watchdog_sync as ws
 
-    undo = ws.instrument()
+    undo = ws.instrument(**options)
 
     def call() -> Answer:
         try:
@@ -266,6 +274,12 @@ def _instrumented(sdk_call: Call) -> Call:
 def openai_sdk_instrument(base_url: str) -> Call:
     """The OpenAI SDK with its defaults, after ``instrument()``, the call inside ``deadline(D)``."""
     return _instrumented(_openai(base_url))
+
+
+def openai_sdk_instrument_idle(base_url: str) -> Call:
+    """The OpenAI SDK with its defaults, after ``instrument(request_timeout=D, idle_timeout=I)``,
+    the call inside ``deadline(D)``."""
+    return _instrumented(_openai(base_url), **IDLE_OPTIONS)
 
 
 def httpx_sse(base_url: str) -> Call:
@@ -400,6 +414,30 @@ def google_genai(base_url: str) -> Call:
     return _genai_call(genai.Client(api_key=GEMINI_KEY, http_options=options))
 
 
+def _genai_untimed(base_url: str, **options: Any) -> Call:
+    from google import genai
+    from google.genai import types
+
+    http_options = types.HttpOptions(base_url=base_url, **options)
+    return _genai_call(genai.Client(api_key=GEMINI_KEY, http_options=http_options))
+
+
+def google_genai_instrument(base_url: str) -> Call:
+    """google-genai with its defaults (no timeout, no retries), after ``instrument()``, the call
+    inside ``deadline(D)``."""
+    return _instrumented(_genai_untimed(base_url))
+
+
+def google_genai_instrument_idle(base_url: str) -> Call:
+    """google-genai with no timeout of its own but its retries on (it retries nothing by
+    default, and instrument() adds no retries: HttpRetryOptions as google_genai has them),
+    after ``instrument(request_timeout=D, idle_timeout=I)``, the call inside ``deadline(D)``."""
+    from google.genai import types
+
+    retries = types.HttpRetryOptions(attempts=3, initial_delay=0.5, max_delay=2.0)
+    return _instrumented(_genai_untimed(base_url, retry_options=retries), **IDLE_OPTIONS)
+
+
 def google_genai_httpx_client(base_url: str) -> Call:
     """google-genai on ``httpx_client(idle_timeout=I)``, its retries off, ``retry_call`` (default
     policy) the one retry owner, in ``deadline(D)``."""
@@ -459,12 +497,19 @@ def litellm_sdk_instrument(base_url: str) -> Call:
     return _instrumented(_litellm_call(base_url))
 
 
+def litellm_sdk_instrument_idle(base_url: str) -> Call:
+    """The LiteLLM SDK with its defaults, after ``instrument(request_timeout=D, idle_timeout=I)``,
+    the call inside ``deadline(D)``."""
+    return _instrumented(_litellm_call(base_url), **IDLE_OPTIONS)
+
+
 CLIENTS: Dict[str, Callable[[str], Call]] = {
     "ChatClient": chat_client,
     "requests_sseclient": requests_sseclient,
     "openai_sdk": openai_sdk,
     "openai_sdk_defaults": openai_sdk_defaults,
     "openai_sdk_instrument": openai_sdk_instrument,
+    "openai_sdk_instrument_idle": openai_sdk_instrument_idle,
     "httpx_sse": httpx_sse,
     "tenacity_requests": tenacity_requests,
     "stamina_requests": stamina_requests,
@@ -474,15 +519,25 @@ CLIENTS: Dict[str, Callable[[str], Call]] = {
     "anthropic_sdk_instrument": anthropic_sdk_instrument,
     "google_genai": google_genai,
     "google_genai_httpx_client": google_genai_httpx_client,
+    "google_genai_instrument": google_genai_instrument,
+    "google_genai_instrument_idle": google_genai_instrument_idle,
     "litellm_sdk": litellm_sdk,
     "litellm_sdk_instrument": litellm_sdk_instrument,
+    "litellm_sdk_instrument_idle": litellm_sdk_instrument_idle,
 }
 # The clients that speak the Anthropic Messages API (the gateway's api="anthropic" routes)
 # and the Gemini API (api="gemini").
 ANTHROPIC_CLIENTS = frozenset(
     {"anthropic_sdk", "anthropic_sdk_httpx_client", "anthropic_sdk_instrument"}
 )
-GEMINI_CLIENTS = frozenset({"google_genai", "google_genai_httpx_client"})
+GEMINI_CLIENTS = frozenset(
+    {
+        "google_genai",
+        "google_genai_httpx_client",
+        "google_genai_instrument",
+        "google_genai_instrument_idle",
+    }
+)
 
 
 def base_url(gateway: FaultGateway, scenario: str, client: str) -> str:
@@ -738,7 +793,7 @@ def _versions(clients: Sequence[str]) -> str:
         names += ["openai", "anthropic", "httpx", "httpx2", "httpx-sse", "tenacity", "stamina"]
     if GEMINI_CLIENTS & set(clients):
         names.append("google-genai")
-    if {"litellm_sdk", "litellm_sdk_instrument"} & set(clients):
+    if {c for c in clients if c.startswith("litellm")}:
         names.append("litellm")
     found = []
     for name in names:

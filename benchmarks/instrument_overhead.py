@@ -8,16 +8,19 @@ instrument(), (b) with instrument() but outside any scope, (c) with
 instrument() inside ``deadline(60)``; the three alternate in every round so
 machine noise hits them alike. Prints the median and the best round per call
 (or per chunk), and their ratios to (a): on a shared machine the best round
-is the steadier measure of a small fixed cost. Two more modes, the options on:
+is the steadier measure of a small fixed cost. Three more modes, the options on:
 (d) ``instrument(request_timeout=60)`` outside any scope (each request has a
 timer of its own), (e) ``instrument(request_timeout=60, sockets=True,
-threads=True)`` inside ``deadline(60)``.
+threads=True)`` inside ``deadline(60)``, (f) ``instrument(idle_timeout=60)``
+outside any scope (every event stream read by the stream rules).
 
 * ``requests``: ``requests.Session().get`` of a 2-byte answer, ``--calls`` times;
 * ``urllib3``: ``PoolManager.request`` of the same, ``--calls`` times;
 * ``httpx2``: ``httpx2.Client().get`` of the same, ``--calls`` times (the
   transport the openai and anthropic SDKs send through);
-* ``stream``: one ``iter_content(None)`` over a body of ``--chunks`` HTTP chunks.
+* ``stream``: one ``iter_content(None)`` over a body of ``--chunks`` HTTP chunks;
+* ``events``: the same body as an event stream (``text/event-stream``, ending in a
+  ``finish_reason`` and ``data: [DONE]``), each chunk one event: what (f) guards.
 """
 
 from __future__ import annotations
@@ -38,18 +41,22 @@ import watchdog_sync as ws
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
 _PIECE = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
 _CHUNK = chunk(_PIECE)
+_DONE = chunk(b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n')
 
 
 def _answer(conn: socket.socket, head: bytes, chunks: int) -> None:
     """Every request on the kept-alive connection, until the client closes it."""
     conn.settimeout(10)
     while head:
-        if head.split(b" ", 2)[1].startswith(b"/stream"):
-            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        path = head.split(b" ", 2)[1]
+        if path.startswith((b"/stream", b"/events")):
+            events = path.startswith(b"/events")
+            kind = b"Content-Type: text/event-stream\r\n" if events else b""
+            conn.sendall(b"HTTP/1.1 200 OK\r\n" + kind + b"Transfer-Encoding: chunked\r\n\r\n")
             batch = _CHUNK * 100
             for _ in range(chunks // 100):
                 conn.sendall(batch)
-            conn.sendall(b"0\r\n\r\n")
+            conn.sendall((_DONE if events else b"") + b"0\r\n\r\n")
         else:
             conn.sendall(_OK)
         head = read_request(conn)
@@ -84,13 +91,13 @@ def _httpx2_calls(base: str, calls: int) -> float:
         return (time.perf_counter() - started) / calls
 
 
-def _stream(base: str, chunks: int) -> float:
+def _stream(base: str, chunks: int, path: str = "/stream") -> float:
     with requests.Session() as session:
         session.get(base)
         started = time.perf_counter()
-        with session.get(base + "/stream", stream=True) as response:
+        with session.get(base + path, stream=True) as response:
             size = sum(len(piece) for piece in response.iter_content(None))
-        assert size == len(_PIECE) * (chunks // 100) * 100, size
+        assert size >= len(_PIECE) * (chunks // 100) * 100, size
         return (time.perf_counter() - started) / chunks
 
 
@@ -104,6 +111,8 @@ def _mode(name: str) -> Iterator[None]:
         options["request_timeout"] = 60
     if name == "all options in scope":
         options.update(request_timeout=60, sockets=True, threads=True)
+    if name == "idle_timeout":
+        options["idle_timeout"] = 60
     undo = ws.instrument(**options)
     try:
         if name.endswith("in scope"):
@@ -128,6 +137,7 @@ def main() -> None:
             "urllib3": lambda: _urllib3_calls(base, args.calls),
             "httpx2": lambda: _httpx2_calls(base, args.calls),
             "stream": lambda: _stream(base, args.chunks),
+            "events": lambda: _stream(base, args.chunks, "/events"),
         }
         modes = (
             "plain",
@@ -135,6 +145,7 @@ def main() -> None:
             "in scope",
             "request_timeout",
             "all options in scope",
+            "idle_timeout",
         )
         results: Dict[str, Dict[str, List[float]]] = {w: {m: [] for m in modes} for w in workloads}
         for _ in range(args.rounds):
@@ -144,7 +155,7 @@ def main() -> None:
                         results[workload][mode].append(run())
     print(f"{'workload':<10} {'mode':<21} {'median':>17} {'ratio':>6} {'best':>17} {'ratio':>6}")
     for workload, by_mode in results.items():
-        unit = "us/chunk" if workload == "stream" else "us/call"
+        unit = "us/chunk" if workload in ("stream", "events") else "us/call"
         plain, plain_best = statistics.median(by_mode["plain"]), min(by_mode["plain"])
         for mode in modes:
             median, best = statistics.median(by_mode[mode]), min(by_mode[mode])

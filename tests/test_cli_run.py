@@ -14,6 +14,7 @@ from typing import List
 import pytest
 
 from watchdog_sync.cli import main
+from watchdog_sync.testing import FaultGateway
 
 from .rawserver import RawServer, read_request_head
 
@@ -31,6 +32,23 @@ try:
     requests.get(sys.argv[1], timeout=30)
 except requests.exceptions.Timeout as exc:
     print("timeout after %.2f" % (time.monotonic() - started), "request timeout" in str(exc))
+"""
+
+
+# An unmodified openai program: the SDK's defaults (600 s read timeout), a stream read whole.
+OPENAI_STREAM = """
+import sys, time
+import openai
+client = openai.OpenAI(base_url=sys.argv[1], api_key="sk-test", max_retries=0)
+started = time.monotonic()
+try:
+    chunks = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    print("answer", text, "%.2f" % (time.monotonic() - started))
+except Exception as exc:
+    print(type(exc).__name__, getattr(exc, "reason", ""), "%.2f" % (time.monotonic() - started))
 """
 
 
@@ -139,6 +157,8 @@ def test_a_sitecustomize_already_on_the_path_still_runs(
     [
         ("--request-timeout", "0"),
         ("--request-timeout", "soon"),
+        ("--idle-timeout", "0"),
+        ("--first-event-timeout", "nan"),
         ("--deadline", "-1"),
         ("--deadline", "inf"),
     ],
@@ -153,12 +173,25 @@ def test_a_bad_option_is_a_clear_error(
     assert option in err and "seconds" in err
 
 
-@pytest.mark.parametrize("option", ["--idle-timeout", "--first-event-timeout"])
-def test_the_stream_limits_are_refused_as_not_yet_supported(
-    option: str, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "scenario, printed, sent",
+    [
+        ("silent_then_ok", "answer Hello from the watchdog_sync fault gateway.", 2),
+        ("stall_after_chunks", "StreamIdleTimeout stream_idle_timeout", 1),
+    ],
+)
+def test_an_unmodified_openai_program_gets_the_stream_rules(
+    scenario: str, printed: str, sent: int, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["run", option, "5", "--", "true"]) == 2
-    assert "not yet supported" in capsys.readouterr().err
+    """run --idle-timeout: a silent first attempt is sent again, a stalled stream ends."""
+    with FaultGateway() as gateway:
+        base = gateway.base_url(scenario)
+        status = main(["run", "--idle-timeout", "0.5", "--", PYTHON, "-c", OPENAI_STREAM, base])
+        assert len(gateway.requests_seen(base)) == sent
+    assert status == 0
+    out = capfd.readouterr().out
+    assert out.startswith(printed + " ")
+    assert float(out.split()[-1]) < 2.0  # a silent send takes 0.5 s, its SDK 600 s
 
 
 def test_no_command_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

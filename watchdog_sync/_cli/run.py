@@ -29,6 +29,8 @@ from types import FrameType
 from typing import Dict, List, Optional
 
 from .._core.config import (
+    ENV_INSTRUMENT_FIRST_EVENT_TIMEOUT,
+    ENV_INSTRUMENT_IDLE_TIMEOUT,
     ENV_INSTRUMENT_REQUEST_TIMEOUT,
     ENV_INSTRUMENT_SOCKETS,
     ENV_INSTRUMENT_THREADS,
@@ -43,18 +45,18 @@ TIMED_OUT = 124
 _PAST = 0.5  # the processes' own deadline() scopes end first; the group is ended this late
 _GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 _EARLY = 0.05  # a command that fails this close to the deadline was ended by it
-_NOT_YET = ("idle_timeout", "first_event_timeout")
 
 EXAMPLE = """\
 example:
-  watchdog-sync run --request-timeout 60 --deadline 3600 -- \\
+  watchdog-sync run --request-timeout 60 --idle-timeout 30 --deadline 3600 -- \\
       lm_eval --model local-chat-completions \\
       --model_args base_url=http://127.0.0.1:8000/v1/chat/completions,model=m \\
       --tasks my_task --apply_chat_template
 
   every request lm_eval (and any Python process it starts) sends through requests,
-  urllib3 or httpx gets 60 s of its own, and the whole run ends after an hour
-  (exit status 124). --sockets and --threads bind clients with HTTP code of their
+  urllib3 or httpx gets 60 s of its own, an event stream may stay silent 30 s at
+  most (a stream silent before its first event is sent again), and the whole run
+  ends after an hour (exit status 124). --sockets and --threads bind clients with HTTP code of their
   own (dspy's default engine) and work handed to threads.
 """
 
@@ -94,13 +96,16 @@ def add_run_command(commands: argparse._SubParsersAction[argparse.ArgumentParser
         "--idle-timeout",
         type=_seconds,
         metavar="S",
-        help="not yet supported: instrument()'s idle limit comes in a later release",
+        help="every event stream (text/event-stream) read through urllib3 or httpx ends "
+        "with StreamIdleTimeout after S seconds without a data event (default: none)",
     )
     run.add_argument(
         "--first-event-timeout",
         type=_seconds,
         metavar="S",
-        help="not yet supported: instrument()'s first-event limit comes in a later release",
+        help="an event stream silent S seconds before its first data event is sent again "
+        "within the budget (outside a retry owner), else ends with StreamIdleTimeout "
+        "(default: --idle-timeout)",
     )
     run.add_argument(
         "--deadline",
@@ -131,14 +136,6 @@ def _fail(message: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    for name in _NOT_YET:
-        if getattr(args, name) is not None:
-            flag = "--" + name.replace("_", "-")
-            return _fail(
-                f"{flag} is not yet supported (instrument() has no {name} yet); bound event "
-                "streams with --request-timeout up to their head and --deadline, or in code "
-                "with httpx_client() or guard_stream()"
-            )
     command: List[str] = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -165,6 +162,10 @@ def _environment(args: argparse.Namespace) -> Dict[str, str]:
     env["PYTHONPATH"] = BOOT + (os.pathsep + path if path else "")
     if args.request_timeout is not None:
         env[ENV_INSTRUMENT_REQUEST_TIMEOUT] = repr(args.request_timeout)
+    if args.idle_timeout is not None:
+        env[ENV_INSTRUMENT_IDLE_TIMEOUT] = repr(args.idle_timeout)
+    if args.first_event_timeout is not None:
+        env[ENV_INSTRUMENT_FIRST_EVENT_TIMEOUT] = repr(args.first_event_timeout)
     if args.sockets:
         env[ENV_INSTRUMENT_SOCKETS] = "1"
     if args.threads:

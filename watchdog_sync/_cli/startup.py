@@ -5,7 +5,8 @@
 ``sitecustomize`` on the path). :func:`start` acts only under ``run``
 (``WATCHDOG_SYNC_RUN=1``), which sets, from its options:
 
-* ``WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT`` / ``_SOCKETS`` / ``_THREADS``,
+* ``WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT`` / ``_IDLE_TIMEOUT`` /
+  ``_FIRST_EVENT_TIMEOUT`` / ``_SOCKETS`` / ``_THREADS``,
   which :func:`instrument` reads for the options it is not given;
 * ``WATCHDOG_SYNC_RUN_DEADLINE`` (``--deadline``): the run's end, in wall-clock
   seconds since the epoch, so that every process, started early or late, ends

@@ -34,12 +34,16 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "ENV_CONNECT_TIMEOUT",
     "ENV_IDLE_TIMEOUT",
+    "ENV_INSTRUMENT_FIRST_EVENT_TIMEOUT",
+    "ENV_INSTRUMENT_IDLE_TIMEOUT",
     "ENV_INSTRUMENT_REQUEST_TIMEOUT",
     "ENV_INSTRUMENT_SOCKETS",
     "ENV_INSTRUMENT_THREADS",
     "ENV_MAX_ATTEMPTS",
     "ENV_TIMEOUT",
     "IDLE_TIMEOUT_UNSET",
+    "INSTRUMENT_FIRST_EVENT_TIMEOUT_UNSET",
+    "INSTRUMENT_IDLE_TIMEOUT_UNSET",
     "INSTRUMENT_REQUEST_TIMEOUT_UNSET",
     "INSTRUMENT_SOCKETS_UNSET",
     "INSTRUMENT_THREADS_UNSET",
@@ -54,6 +58,7 @@ __all__ = [
     "first_limit",
     "idle_setting",
     "instrument_flag",
+    "instrument_idle",
     "instrument_seconds",
     "max_attempts",
     "origin",
@@ -65,6 +70,8 @@ ENV_CONNECT_TIMEOUT = "WATCHDOG_SYNC_CONNECT_TIMEOUT"
 ENV_MAX_ATTEMPTS = "WATCHDOG_SYNC_MAX_ATTEMPTS"
 ENV_INSTRUMENT_REQUEST_TIMEOUT = "WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT"
 ENV_INSTRUMENT_SOCKETS = "WATCHDOG_SYNC_INSTRUMENT_SOCKETS"
+ENV_INSTRUMENT_IDLE_TIMEOUT = "WATCHDOG_SYNC_INSTRUMENT_IDLE_TIMEOUT"
+ENV_INSTRUMENT_FIRST_EVENT_TIMEOUT = "WATCHDOG_SYNC_INSTRUMENT_FIRST_EVENT_TIMEOUT"
 ENV_INSTRUMENT_THREADS = "WATCHDOG_SYNC_INSTRUMENT_THREADS"
 
 DEFAULT_TIMEOUT = 600.0
@@ -126,6 +133,8 @@ AS_IDLE: Any = _AsIdle()
 INSTRUMENT_REQUEST_TIMEOUT_UNSET: Any = OptionUnset(ENV_INSTRUMENT_REQUEST_TIMEOUT, None)
 INSTRUMENT_SOCKETS_UNSET: Any = OptionUnset(ENV_INSTRUMENT_SOCKETS, False)
 INSTRUMENT_THREADS_UNSET: Any = OptionUnset(ENV_INSTRUMENT_THREADS, False)
+INSTRUMENT_IDLE_TIMEOUT_UNSET: Any = OptionUnset(ENV_INSTRUMENT_IDLE_TIMEOUT, None)
+INSTRUMENT_FIRST_EVENT_TIMEOUT_UNSET: Any = OptionUnset(ENV_INSTRUMENT_FIRST_EVENT_TIMEOUT, AS_IDLE)
 
 
 def deprecated(message: str) -> None:
@@ -198,6 +207,18 @@ def instrument_seconds(value: Any, name: str) -> Optional[float]:
             )
         return seconds
     return validate_duration(value, name, allow_zero=False)
+
+
+def instrument_idle(value: Any, name: str) -> Any:
+    """An idle limit of ``instrument()``: seconds, or ``None`` when off (``None``, ``inf``,
+    ``<= 0``); ``OptionUnset`` reads its environment variable (unset or empty: its default,
+    which may be ``AS_IDLE``; ``0``: off)."""
+    if isinstance(value, OptionUnset):
+        if not os.environ.get(value.env, "").strip():
+            return value.default
+        seconds = env_seconds(value.env, 0.0)
+        return seconds if seconds > 0 else None
+    return idle_limit(value, name)
 
 
 def instrument_flag(value: Any, name: str) -> bool:

@@ -27,6 +27,10 @@ runs under a :class:`~.request_timeout.RequestTimer` of its own, whose end
 raises :class:`~.request_timeout.Urllib3RequestTimeout` from the request or
 its body read; requests' wrapping of it is undone in ``instrument_requests.py``.
 
+A top-level request of a streamed response (``preload_content=False``, as
+requests sends every one) goes through the ``watch_stream`` hook the layer above
+gives (``_httpx/urllib3_streams.py``: ``instrument(idle_timeout=...)``'s stream rules).
+
 Outside any scope (and with no request timeout) each wrapper costs a check or
 two of a ``ContextVar`` and calls the original. Pools and connections of :class:`Session` are left to
 their own subclasses (``_watchdog_sync_guarded``).
@@ -66,13 +70,18 @@ from .request_timeout import (
 __all__ = ["urllib3_patches"]
 
 _Fn = Callable[..., Any]
+StreamHook = Callable[[Callable[[], Any], Any, Any, str], Any]
 # urlopen(self, method, url, body, headers, retries, redirect, assert_same_host, timeout, ...):
 # the arguments after self up to here are never the timeouts (urllib3 1.26 and 2.x alike).
 _TIMEOUT_POSITION = 7
 
 
-def urllib3_patches() -> PatchSet:
-    """The patches for urllib3, planned (not yet installed); the entry point goes last."""
+def urllib3_patches(watch_stream: Optional[StreamHook] = None) -> PatchSet:
+    """The patches for urllib3, planned (not yet installed); the entry point goes last.
+
+    ``watch_stream(send, body, headers, url)``: sends each top-level request of a streamed response
+    (``preload_content=False``) and guards its event stream (a higher layer's).
+    """
     patches = PatchSet("urllib3")
     response = _response.HTTPResponse
     for name in ("read", "read1"):
@@ -90,7 +99,7 @@ def urllib3_patches() -> PatchSet:
     patches.wrap(pool, "_put_conn", functools.partial(_put_conn, patches))
     patches.wrap(pool, "_get_conn", functools.partial(_get_conn, patches))
     requests_patches(patches)
-    patches.wrap(pool, "urlopen", functools.partial(_urlopen, patches))
+    patches.wrap(pool, "urlopen", functools.partial(_urlopen, patches, watch_stream))
     return patches
 
 
@@ -106,7 +115,7 @@ def _guard_of(conn: Any) -> Optional[ConnectionGuard]:
 # -- the pool ------------------------------------------------------------------------
 
 
-def _urlopen(patches: PatchSet, original: _Fn) -> _Fn:
+def _urlopen(patches: PatchSet, watch_stream: Optional[StreamHook], original: _Fn) -> _Fn:
     signature = inspect.signature(original)
 
     def urlopen(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -117,6 +126,14 @@ def _urlopen(patches: PatchSet, original: _Fn) -> _Fn:
             active.budget.check()
             args, kwargs = _clipped(signature, self, args, kwargs, _left(active.budget))
             return _send(original, self, args, kwargs, active)
+        if watch_stream is not None and kwargs.get("preload_content") is False:
+            body = kwargs.get("body", args[2] if len(args) > 2 else None)
+            headers = kwargs.get("headers", args[3] if len(args) > 3 else None)
+            url = kwargs.get("url", args[1] if len(args) > 1 else "")
+            return watch_stream(lambda: top(self, args, kwargs), body, headers, str(url))
+        return top(self, args, kwargs)
+
+    def top(self: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         scope = scoped_budget()
         limit = request_limit()
         if scope is None and limit is None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from requests.exceptions import ReadTimeout
 from urllib3.exceptions import ReadTimeoutError
@@ -40,6 +40,7 @@ from urllib3.exceptions import ReadTimeoutError
 from .._core.budget import Budget
 from .._core.clock import MONOTONIC
 from .._core.errors import Cancelled, WatchdogError
+from .._core.tightest import Tightest
 
 __all__ = [
     "REQUEST_TIMEOUT",
@@ -56,34 +57,17 @@ __all__ = [
 REQUEST_TIMEOUT = "request_timeout"  # the reason of the cancel, and of the errors
 TIMER_ATTR = "_watchdog_sync_request_timer"  # on a urllib3 response: its request's timer
 
-_LIMITS: List[float] = []
-_LIMITS_LOCK = threading.Lock()
-_TIGHTEST: Optional[float] = None  # read per request without the lock: a plain attribute
+_LIMITS: Tightest[float] = Tightest(min)
 
 
 def add_request_timeout(seconds: float) -> Callable[[], None]:
     """Put ``seconds`` among the live limits; returns the function that takes it out."""
-    global _TIGHTEST
-    with _LIMITS_LOCK:
-        _LIMITS.append(seconds)
-        _TIGHTEST = min(_LIMITS)
-    taken = [False]
-
-    def remove() -> None:
-        global _TIGHTEST
-        with _LIMITS_LOCK:
-            if taken[0]:
-                return
-            taken[0] = True
-            _LIMITS.remove(seconds)
-            _TIGHTEST = min(_LIMITS) if _LIMITS else None
-
-    return remove
+    return _LIMITS.add(seconds)
 
 
 def request_limit() -> Optional[float]:
     """The request timeout in force: the tightest of the live ones, ``None`` for none."""
-    return _TIGHTEST
+    return _LIMITS.current
 
 
 class RequestTimer:

@@ -8,7 +8,9 @@ Its options add patch sets of their own: ``sockets`` (the ``socket`` and
 ``ssl`` classes, ``_http/instrument_sockets.py``) and ``threads``
 (``threading.Thread`` and ``ThreadPoolExecutor``, ``_http/instrument_threads.py``);
 ``request_timeout`` adds a limit that the urllib3 and httpx patches read per
-request (``_http/request_timeout.py``). Options left out come from the
+request (``_http/request_timeout.py``), ``idle_timeout`` / ``first_event_timeout``
+the stream limits they read per event stream (``_stream/instrument_limits.py``;
+urllib3's event streams are guarded by ``urllib3_streams.py``). Options left out come from the
 environment (``_core/config.py``). Calls are counted: each ``instrument()``
 returns its own undo, and each patch set comes out when the last undo that
 took it has run, restoring the original methods exactly. Thread-safe: calls
@@ -21,6 +23,8 @@ import threading
 from typing import Callable, Dict, List, Optional
 
 from .._core.config import (
+    INSTRUMENT_FIRST_EVENT_TIMEOUT_UNSET,
+    INSTRUMENT_IDLE_TIMEOUT_UNSET,
     INSTRUMENT_REQUEST_TIMEOUT_UNSET,
     INSTRUMENT_SOCKETS_UNSET,
     INSTRUMENT_THREADS_UNSET,
@@ -33,12 +37,14 @@ from .._http.instrument_threads import threads_patches
 from .._http.instrument_urllib3 import urllib3_patches
 from .._http.patches import PatchSet
 from .._http.request_timeout import add_request_timeout
+from .._stream.instrument_limits import add_instrument_limits, instrument_limits
 from .instrument_httpx import httpx_patches
+from .urllib3_streams import watch_stream
 
 __all__ = ["instrument"]
 
 _BUILDERS: Dict[str, Callable[[], Optional[PatchSet]]] = {
-    "urllib3": urllib3_patches,
+    "urllib3": lambda: urllib3_patches(watch_stream),
     "httpx": httpx_patches,
     "sockets": sockets_patches,
     "threads": threads_patches,
@@ -55,6 +61,8 @@ def instrument(
     sockets: bool = INSTRUMENT_SOCKETS_UNSET,
     threads: bool = INSTRUMENT_THREADS_UNSET,
     request_timeout: Optional[Duration] = INSTRUMENT_REQUEST_TIMEOUT_UNSET,
+    idle_timeout: Optional[Duration] = INSTRUMENT_IDLE_TIMEOUT_UNSET,
+    first_event_timeout: Optional[Duration] = INSTRUMENT_FIRST_EVENT_TIMEOUT_UNSET,
 ) -> Callable[[], None]:
     """Bound every urllib3 and httpx connection in the process by the current ``deadline()`` scope.
 
@@ -97,6 +105,24 @@ def instrument(
     retries it within the scope. Calls are counted here too: the tightest
     ``request_timeout`` of the calls not yet undone applies.
 
+    ``idle_timeout`` / ``first_event_timeout``: every event-stream body
+    (``text/event-stream``) read through httpx2, httpx or urllib3 (requests:
+    a streamed response, ``preload_content=False`` for urllib3 alone), in a
+    scope or not, is watched by the stream rules, as under :func:`httpx_client`: a stream
+    silent ``first_event_timeout`` seconds before its first data event (through
+    httpx the response head included; through urllib3 from the head on, the head
+    itself bound by ``request_timeout`` and the scope) is sent again, at most
+    twice and within the budget,
+    when the request is replayable and does not run inside a ``retry_call``
+    attempt (there it raises :class:`StreamIdleTimeout` for the retry owner);
+    one silent ``idle_timeout`` seconds between data events raises
+    :class:`StreamIdleTimeout`; one that ends without its terminal event raises
+    ``StreamProtocolError('no_finish_reason')``; an event over 8 MiB
+    ``StreamProtocolError('event_too_large')``. The SDKs pass these errors to
+    their caller (anthropic >= 2.17 wraps them in ``APIConnectionError``, ours as
+    its ``__cause__``), and so do requests' ``iter_content`` / ``iter_lines``
+    (so sseclient-py). The tightest limit of the live calls applies.
+
     On timeout or cancel: when the scope's budget ends, the request (or the
     body read) raises :class:`Cancelled`, a ``BaseException``, so neither
     requests' nor botocore's retry loops nor a caller's ``except Exception``
@@ -135,6 +161,13 @@ def instrument(
         request_timeout: seconds (float or ``timedelta``, ``> 0``) each
             request may take; ``None`` or ``inf``: no limit of its own. Left
             out: ``WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT`` (seconds), else none.
+        idle_timeout: the longest gap between data events of an event stream
+            (seconds or ``timedelta``); ``None``, ``inf`` or ``<= 0``: off. Left
+            out: ``WATCHDOG_SYNC_INSTRUMENT_IDLE_TIMEOUT``, else off.
+        first_event_timeout: the longest wait for an event stream's first
+            data event, from sending the request; ``None``, ``inf`` or ``<= 0``:
+            off. Left out: ``WATCHDOG_SYNC_INSTRUMENT_FIRST_EVENT_TIMEOUT``, else
+            ``idle_timeout``.
 
     Returns:
         ``undo``: removes this call's patches. Idempotent (a second call does
@@ -144,9 +177,9 @@ def instrument(
         an httpx response already returned stays bounded until it is closed.
 
     Raises:
-        TypeError: ``urllib3``, ``httpx``, ``sockets`` or ``threads`` is not a bool, or ``request_timeout``
-            not a number of seconds.
-        ValueError: ``request_timeout`` is ``<= 0`` or NaN, or one of the
+        TypeError: ``urllib3``, ``httpx``, ``sockets`` or ``threads`` is not a bool, or ``request_timeout``,
+            ``idle_timeout`` or ``first_event_timeout`` not a number of seconds.
+        ValueError: ``request_timeout`` is ``<= 0`` or NaN, a stream limit NaN, or one of the
             environment variables above is malformed (the message names it).
 
     Example::
@@ -160,6 +193,7 @@ def instrument(
     sockets = instrument_flag(sockets, "sockets")
     threads = instrument_flag(threads, "threads")
     limit = instrument_seconds(request_timeout, "request_timeout")
+    streams = instrument_limits(idle_timeout, first_event_timeout)
     options = (("urllib3", urllib3), ("httpx", httpx), ("sockets", sockets), ("threads", threads))
     for name, value in options:
         if not isinstance(value, bool):
@@ -179,6 +213,8 @@ def instrument(
             taken.append(library)
     clients = [name for name in taken if name in ("urllib3", "httpx")]
     removers = [] if limit is None or not clients else [add_request_timeout(limit)]
+    if streams is not None and clients:
+        removers.append(add_instrument_limits(streams))
     return _Undo(taken, removers)
 
 

@@ -26,6 +26,11 @@ httpx's ``TimeoutException`` family (``request_timeout.py``) from the request or
 from a body read, and the timer stops at the body's end (an event stream's: at its
 head).
 
+With ``instrument(idle_timeout=..., first_event_timeout=...)``, every request
+(in a scope or not) goes through :class:`HTTPXTransport` with those limits
+(``_stream/instrument_limits.py``), so an event stream is guarded, and sent
+again when silent before its first event, exactly as under ``httpx_client()``.
+
 A request already inside an :class:`HTTPXTransport` (``httpx_client()``) is
 bound once, by that transport. Async transports are not patched.
 """
@@ -36,10 +41,13 @@ import functools
 import importlib
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
+from .._core.durations import off
 from .._core.scope import scoped_budget, using_budget
 from .._http.patches import PatchSet
 from .._http.reads import reading
 from .._http.request_timeout import RequestTimer, is_request_timeout, request_limit
+from .._stream.instrument_limits import limits_in_force
+from .._stream.limits import StreamLimits
 from .body import socket_of
 from .httpcore_hooks import class_patches
 from .request_timeout import request_timeout_error
@@ -85,14 +93,15 @@ def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
             return original(self, request)
         scope = scoped_budget()
         limit = request_limit()
+        streams = limits_in_force()
         if limit is not None:
             timer = RequestTimer(limit, scope)
-            response = _timed(lib, direct(self, original), request, timer)
+            response = _timed(lib, direct(self, original), request, timer, streams)
             response.stream = timed_body(response.stream, lib, timer)
-        elif scope is None:
+        elif scope is None and streams is None:
             response = original(self, request)
         else:
-            response = _bound(direct(self, original), request)
+            response = _bound(direct(self, original), request, streams)
         sock = socket_of(response)
         if sock is not None:
             response.stream = reading_body(response.stream, sock)
@@ -101,20 +110,28 @@ def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
     return handle_request
 
 
-def _bound(transport: Any, request: Any) -> Any:
-    """``request`` through :class:`HTTPXTransport`, bounded by the current scope's budget."""
+def _bound(transport: Any, request: Any, streams: Optional[StreamLimits]) -> Any:
+    """``request`` through :class:`HTTPXTransport`, bounded by the current scope's budget, an
+    event stream watched by ``streams`` (``None``: no idle or first-event limit, never resent)."""
     from .transport import HTTPXTransport
 
-    return HTTPXTransport(transport, idle_timeout=None).handle_request(request)
+    if streams is None:
+        return HTTPXTransport(transport, idle_timeout=None).handle_request(request)
+    guarded = HTTPXTransport(
+        transport, idle_timeout=off(streams.idle), first_event_timeout=off(streams.first)
+    )
+    return guarded.handle_request(request)
 
 
-def _timed(lib: Any, transport: Any, request: Any, timer: RequestTimer) -> Any:
+def _timed(
+    lib: Any, transport: Any, request: Any, timer: RequestTimer, streams: Optional[StreamLimits]
+) -> Any:
     """``request`` under its own timeout (``timer``) and the enclosing scope's."""
     extensions = request.extensions
     extensions["timeout"] = _clipped(extensions.get("timeout"), timer.remaining())
     try:
         with using_budget(timer.budget):
-            response = _bound(transport, request)
+            response = _bound(transport, request, streams)
     except BaseException as exc:
         timer.stop()
         if not _timed_out(exc, timer):

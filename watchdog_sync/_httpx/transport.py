@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from .._core import events as _events
 from .._core.budget import Budget, _noop
-from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, IDLE_TIMEOUT_UNSET
+from .._core.config import AS_IDLE, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
 from .._core.errors import StreamIdleTimeout
 from .._core.events import event_fields, observed
@@ -38,7 +38,7 @@ from .._http import propagation as _propagation
 from .._http.environment import proxy_urls
 from .._retry.loop import in_retry_attempt
 from .._stream.framing import EventFramer
-from .._stream.limits import StreamLimits, stream_limits
+from .._stream.limits import StreamLimits, first_event_error, stream_limits
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .._stream.wire import EventWatch
 from .body import BoundedBody, EventBody, Shutter, as_stream_of, socket_of
@@ -290,17 +290,7 @@ class HTTPXTransport(_Base):
 
     def _first_event_error(self, sends: int, lifetime: float) -> StreamIdleTimeout:
         assert self._limits.first is not None
-        times = "once" if sends == 1 else f"{sends} times"
-        return StreamIdleTimeout(
-            f"no first event within {self._limits.first:g}s of sending the request (sent {times}); "
-            "if the server is legitimately this slow, raise first_event_timeout= (or "
-            f"idle_timeout=, or the {ENV_IDLE_TIMEOUT} environment variable)",
-            idle_timeout=self._limits.first,
-            chunks_received=0,
-            stream_lifetime=lifetime,
-            stage="http",
-            elapsed=lifetime,
-        )
+        return first_event_error(self._limits.first, sends, lifetime)
 
     def _bounded(
         self, response: Any, budget: Budget, owner: Budget, release: Callable[[], None]

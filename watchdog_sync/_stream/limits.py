@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from .._core.config import AS_IDLE, first_limit, idle_setting
+from .._core.config import AS_IDLE, ENV_IDLE_TIMEOUT, first_limit, idle_setting
+from .._core.errors import StreamIdleTimeout
 
-__all__ = ["StreamLimits", "stream_limits"]
+__all__ = ["StreamLimits", "first_event_error", "stream_limits"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,3 +39,19 @@ def stream_limits(idle_timeout: Any, first_timeout: Any, first_name: str) -> Str
     first = first_limit(first_timeout, idle, first_name)
     named = first_timeout is not AS_IDLE and first_timeout is not None
     return StreamLimits(idle, first, named)
+
+
+def first_event_error(first: float, sends: int, lifetime: float) -> StreamIdleTimeout:
+    """What a request's stream silent ``first`` seconds before its first event raises, after
+    ``sends`` sends (``lifetime``: seconds since the last one)."""
+    times = "once" if sends == 1 else f"{sends} times"
+    return StreamIdleTimeout(
+        f"no first event within {first:g}s of sending the request (sent {times}); "
+        "if the server is legitimately this slow, raise first_event_timeout= (or "
+        f"idle_timeout=, or the {ENV_IDLE_TIMEOUT} environment variable)",
+        idle_timeout=first,
+        chunks_received=0,
+        stream_lifetime=lifetime,
+        stage="http",
+        elapsed=lifetime,
+    )

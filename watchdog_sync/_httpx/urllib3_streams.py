@@ -1,0 +1,199 @@
+"""instrument(idle_timeout=..., first_event_timeout=...) for urllib3: its event streams guarded.
+
+urllib3's ``urlopen`` patch (``_http/instrument_urllib3.py``) hands each top-level
+request of a streamed response (``preload_content=False``, as requests asks for
+every one) to :func:`watch_stream`. While stream limits are in force
+(``_stream/instrument_limits.py``), a ``text/event-stream`` answer is read by the
+one set of stream rules, exactly as :class:`HTTPXTransport` reads one: the
+http.client response under urllib3 is read on a reader thread of its own
+(:func:`~.sse.threaded_events`: decoded, framed, an event over the cap
+``event_too_large``, a cut stream ``no_finish_reason``), its socket shut from
+outside on idle, at the budget's end or on ``close()``. The first events are
+waited for here: a stream silent before its first event is sent again
+(at most twice, within the budget, a request whose body is in memory, outside a
+retry owner), else its first read raises :class:`StreamIdleTimeout`.
+
+The response's ``read`` / ``read1`` / ``stream`` / ``close`` then serve the
+guarded events (already decoded: ``decode_content`` has nothing left to do), so
+requests' ``iter_content`` (``iter_lines``, sseclient-py) and urllib3's own
+callers see the stream rules' errors as they are.
+"""
+
+from __future__ import annotations
+
+import time
+from http.client import HTTPException, HTTPResponse
+from typing import Any, Callable, Iterator, Optional
+
+from urllib3.exceptions import ProtocolError, ReadTimeoutError
+
+from .._core.budget import Budget
+from .._core.errors import StreamIdleTimeout
+from .._core.redact import request_secrets
+from .._core.scope import boundary, joined_budget, using_budget
+from .._http.environment import proxy_urls
+from .._stream.framing import EventFramer
+from .._stream.instrument_limits import limits_in_force
+from .._stream.limits import StreamLimits, first_event_error
+from .._stream.socket_read import READ_SIZE
+from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
+from .._stream.wire import EventWatch
+from .body import EventBody, Shutter
+from .sse import first_events, threaded_events
+from .transport import _may_resend, _resent
+
+__all__ = ["watch_stream"]
+
+_FLOOR = 0.001
+
+
+def watch_stream(send: Callable[[], Any], body: Any, headers: Any, url: str) -> Any:
+    """``send()`` (one top-level urllib3 request), its event stream guarded when stream
+    limits are in force; ``body``: the request's body (in memory: it may be sent again);
+    ``headers`` and ``url``: the credentials an error event's message must not show."""
+    limits = limits_in_force()
+    if limits is None:
+        return send()
+    budget, owner, release = joined_budget(None, stage="http")
+    replayable = body is None or isinstance(body, (bytes, str))
+    sends = 0
+    with boundary(budget, owner):
+        while True:
+            sends += 1
+            started = time.monotonic()
+            response = send()
+            if not (_is_event_stream(response) and isinstance(response._fp, HTTPResponse)):
+                return response
+            may_resend = replayable and _may_resend(sends, budget)
+            try:
+                watch = EventWatch(request_secrets(headers, url, proxy_urls()))
+                return _guarded(
+                    response, limits, watch, budget, owner, release, started, sends, may_resend
+                )
+            except StreamIdleTimeout:  # raised only when it may be sent again
+                _resent(sends, "no first event", budget)
+
+
+def _guarded(
+    response: Any,
+    limits: StreamLimits,
+    watch: EventWatch,
+    budget: Budget,
+    owner: Budget,
+    release: Callable[[], None],
+    started: float,
+    sends: int,
+    may_resend: bool,
+) -> Any:
+    raw = response._fp  # the http.client response, its body not read yet
+    shutter = Shutter(budget, getattr(getattr(raw.fp, "raw", None), "_sock", None))
+    first = None
+    if limits.first is not None:
+        first = max(_FLOOR, limits.first - (time.monotonic() - started))
+    left = StreamLimits(limits.idle, first, first_named=True)
+    encoding = response.headers.get("content-encoding", "identity")
+    framer = EventFramer(DEFAULT_MAX_EVENT_BYTES)
+    with using_budget(budget):  # the stream watches it
+        guarded = threaded_events(_RawBody(raw), framer, watch, shutter, left, encoding)
+    items = iter(guarded)
+    failure: Optional[Exception] = None
+    head = None
+    try:
+        head = first_events(items, DEFAULT_MAX_EVENT_BYTES)
+    except Exception as exc:
+        guarded.close()
+        _close(response)
+        failure = exc
+        if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
+            if may_resend:
+                raise
+            assert limits.first is not None
+            failure = first_event_error(limits.first, sends, time.monotonic() - started)
+    except BaseException:
+        guarded.close()
+        _close(response)
+        raise
+
+    def let_go() -> None:
+        try:
+            _close(response)
+        finally:
+            release()
+
+    _Reads(response, EventBody(head, items, guarded, owner, let_go, failure))
+    return response
+
+
+def _is_event_stream(response: Any) -> bool:
+    content_type: str = response.headers.get("content-type", "")
+    status: int = response.status
+    return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
+
+
+def _close(response: Any) -> None:
+    """Close the connection under ``response``: urllib3 saw none of the body we read."""
+    type(response).close(response)
+    response.release_conn()
+
+
+class _RawBody:
+    """The http.client response's body, each piece as soon as it is in."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Read errors as urllib3's ``_error_catcher`` has them (requests maps those)."""
+        while True:
+            try:
+                data: bytes = self._raw.read1(READ_SIZE)
+            except TimeoutError as exc:
+                raise ReadTimeoutError(None, None, "Read timed out.") from exc  # type: ignore[arg-type]
+            except (HTTPException, OSError) as exc:
+                raise ProtocolError(f"Connection broken: {exc!r}", exc) from exc
+            if not data:
+                return
+            yield data
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+class _Reads:
+    """A urllib3 response's reads, served from its guarded events (set on the response)."""
+
+    def __init__(self, response: Any, events: EventBody) -> None:
+        self._events = events
+        self._pieces = self._all()
+        self._buffer = b""
+        response.read = self.read
+        response.read1 = self.read
+        response.stream = self.stream
+        response.close = self.close
+
+    def _all(self) -> Iterator[bytes]:
+        try:
+            yield from self._events
+        finally:  # the end, a failure or the consumer gone: the connection is let go
+            self._events.close()
+
+    def read(self, amt: Optional[int] = None, *args: Any, **kwargs: Any) -> bytes:
+        """Up to ``amt`` bytes (``None``: to the end), at least one event's unless at the end."""
+        if amt is None:
+            data = self._buffer + b"".join(self._pieces)
+            self._buffer = b""
+            return data
+        if not self._buffer:
+            self._buffer = next(self._pieces, b"")
+        data, self._buffer = self._buffer[:amt], self._buffer[amt:]
+        return data
+
+    def stream(self, amt: Optional[int] = None, *args: Any, **kwargs: Any) -> Iterator[bytes]:
+        """Each event as soon as it is in (``amt`` is a hint only)."""
+        if self._buffer:
+            data, self._buffer = self._buffer, b""
+            yield data
+        yield from self._pieces
+
+    def close(self) -> None:
+        self._events.close()
