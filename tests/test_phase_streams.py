@@ -1,0 +1,71 @@
+"""DeadlineExceeded.phase on event streams: stream_sse and ChatClient.stream() say whether
+the head or the body was awaited, and how many events came."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+
+import watchdog_sync as ws
+from watchdog_sync.testing import FaultGateway
+
+pytestmark = pytest.mark.timeout(30)
+
+LIMIT = 0.6
+MESSAGES = [{"role": "user", "content": "hi"}]
+CHAT = {"model": "m", "messages": MESSAGES, "stream": True}
+DRIP: Dict[str, Any] = {"interval": 0.05}
+
+
+def sse_deadline(base: str) -> ws.DeadlineExceeded:
+    with pytest.raises(ws.DeadlineExceeded) as info, ws.deadline(LIMIT):
+        for _ in ws.stream_sse(base + "/chat/completions", json=CHAT, idle_timeout=None):
+            pass
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("scenario", "options", "phase", "words"),
+    [
+        ("no_headers", {}, "head", "after sending the request, waiting"),
+        ("silent_after_200", {}, "body", "after the head, "),
+        ("slow_drip", DRIP, "body", " events, the last "),
+        ("stall_after_chunks", {}, "body", "after the head and 2 events, the last "),
+    ],
+)
+def test_stream_sse_says_where_its_deadline_found_it(
+    fault_gateway: FaultGateway, scenario: str, options: Dict[str, Any], phase: str, words: str
+) -> None:
+    error = sse_deadline(fault_gateway.base_url(scenario, **options))
+    assert error.phase == phase
+    assert words in str(error)
+    assert ws.classify(error).phase == phase
+
+
+def test_stream_sse_with_its_own_budget_says_where_it_was(fault_gateway: FaultGateway) -> None:
+    base = fault_gateway.base_url("stall_after_chunks")
+    stream = ws.stream_sse(
+        base + "/chat/completions", json=CHAT, idle_timeout=None, budget=ws.Budget(LIMIT)
+    )
+    with stream, pytest.raises(ws.DeadlineExceeded) as info:
+        for _ in stream:
+            pass
+    assert info.value.phase == "body"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "options", "phase"),
+    [("no_headers", {}, "head"), ("silent_after_200", {}, "body"), ("slow_drip", DRIP, "body")],
+)
+def test_chat_client_stream_says_where_its_deadline_found_it(
+    fault_gateway: FaultGateway, scenario: str, options: Dict[str, Any], phase: str
+) -> None:
+    base = fault_gateway.base_url(scenario, **options)
+    policy = ws.RetryPolicy(max_attempts=1)
+    client = ws.ChatClient(base, model="m", timeout=LIMIT, retry=policy, idle_timeout=None)
+    with client, pytest.raises(ws.DeadlineExceeded) as info:
+        for _ in client.stream(MESSAGES):
+            pass
+    assert info.value.phase == phase
+    assert ("body bytes" not in str(info.value)) and ("after " in str(info.value))
