@@ -51,7 +51,7 @@ from .call import (
     marked_body_of,
 )
 from .feed import fed_events
-from .head import head_phase
+from .head import HeadGuard, head_phase
 from .http2 import h2_stream
 from .httpcore_hooks import bound_pool
 from .library import default_library, library_of
@@ -254,10 +254,11 @@ class HTTPXTransport(_Base):
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             if self._propagate or _propagation.forced():
                 mark_deadline(request, budget)  # computed now, for this send
+            head: Optional[HeadGuard] = None
             try:
                 token = BOUND.set(True)
                 try:
-                    with head_phase(budget, head_until):  # connect .. last header byte
+                    with head_phase(budget, head_until) as head:  # connect .. last header byte
                         response = self._transport.handle_request(request)
                 finally:
                     BOUND.reset(token)
@@ -270,9 +271,11 @@ class HTTPXTransport(_Base):
                 # A phase below that nothing could interrupt (a custom transport or network
                 # backend) returned past the deadline: no success, whatever it returned.
                 _close_quietly(response)
-                response = None
+                response = head = None  # its head came: the hooks' phase is not where it was
             if response is None:
-                budget.check()  # the budget's end caused it: say so
+                if head is not None:
+                    head.check()  # the budget's end caused it: say so, and where
+                budget.check()
                 if replayable and _may_resend(send, budget):
                     _resent(send, "no response headers", budget)
                     continue
