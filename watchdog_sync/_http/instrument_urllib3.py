@@ -145,8 +145,8 @@ def _urlopen(patches: PatchSet, original: _Fn) -> _Fn:
             if timer is None or not (is_request_timeout(exc) or _timed_out(exc, timer)):
                 raise
             url = kwargs.get("url", args[1] if len(args) > 1 else None)
-            message = request_timeout_message(timer.budget)
-            raise Urllib3RequestTimeout(message, pool=self, url=url) from None
+            phase, message = guard.progress.phase, _timeout_message(timer.budget, guard)
+            raise Urllib3RequestTimeout(message, phase=phase, pool=self, url=url) from None
         finally:
             _TIMER.reset(timer_token)
             ACTIVE_GUARD.reset(token)
@@ -400,7 +400,8 @@ def _raise_end(guard: ConnectionGuard) -> NoReturn:
     except Cancelled as exc:
         if not is_request_timeout(exc):
             raise
-        raise Urllib3RequestTimeout(request_timeout_message(exc.budget)) from None
+        message = request_timeout_message(exc.budget, exc.progress)
+        raise Urllib3RequestTimeout(message, phase=exc.phase) from None
 
 
 def _raise_if_timed_out(response: Any, exc: Exception) -> None:
@@ -408,4 +409,10 @@ def _raise_if_timed_out(response: Any, exc: Exception) -> None:
     timeout's own error."""
     timer: Optional[RequestTimer] = getattr(response, TIMER_ATTR, None)
     if timer is not None and _timed_out(exc, timer):
-        raise Urllib3RequestTimeout(request_timeout_message(timer.budget)) from None
+        message = _timeout_message(timer.budget, _guard_of(response))
+        raise Urllib3RequestTimeout(message, phase="body") from None
+
+
+def _timeout_message(budget: Budget, guard: Optional[ConnectionGuard]) -> str:
+    """The request timeout's words, with how far the request got when its guard knows."""
+    return request_timeout_message(budget, None if guard is None else guard.progress.words())
