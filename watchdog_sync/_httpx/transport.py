@@ -51,7 +51,7 @@ from .call import (
     marked_body_of,
 )
 from .feed import fed_events
-from .head import HeadGuard, head_phase
+from .head import head_phase
 from .http2 import h2_stream
 from .httpcore_hooks import bound_pool
 from .library import default_library, library_of
@@ -254,7 +254,6 @@ class HTTPXTransport(_Base):
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             if self._propagate or _propagation.forced():
                 mark_deadline(request, budget)  # computed now, for this send
-            head: Optional[HeadGuard] = None
             try:
                 token = BOUND.set(True)
                 try:
@@ -271,11 +270,9 @@ class HTTPXTransport(_Base):
                 # A phase below that nothing could interrupt (a custom transport or network
                 # backend) returned past the deadline: no success, whatever it returned.
                 _close_quietly(response)
-                response = head = None  # its head came: the hooks' phase is not where it was
+                budget.check()  # past it, whatever it returned: nothing was interrupted
             if response is None:
-                if head is not None:
-                    head.check()  # the budget's end caused it: say so, and where
-                budget.check()
+                head.check()  # the budget's end caused it: say so, and where
                 if replayable and _may_resend(send, budget):
                     _resent(send, "no response headers", budget)
                     continue
