@@ -69,3 +69,22 @@ def test_chat_client_stream_says_where_its_deadline_found_it(
             pass
     assert info.value.phase == phase
     assert ("body bytes" not in str(info.value)) and ("after " in str(info.value))
+
+
+@pytest.mark.parametrize(
+    ("scenario", "limits", "phase"),
+    [
+        ("no_headers", {"first_event_timeout": 0.3, "idle_timeout": None}, "head"),
+        ("silent_after_200", {"first_event_timeout": 0.3, "idle_timeout": None}, "body"),
+        ("stall_after_chunks", {"idle_timeout": 0.3}, "body"),
+    ],
+)
+def test_a_stream_idle_timeout_says_head_or_body(
+    fault_gateway: FaultGateway, scenario: str, limits: Dict[str, Any], phase: str
+) -> None:
+    base = fault_gateway.base_url(scenario)
+    with pytest.raises(ws.StreamIdleTimeout) as info, ws.deadline(10):
+        for _ in ws.stream_sse(base + "/chat/completions", json=CHAT, **limits):
+            pass
+    assert info.value.phase == phase
+    assert ws.classify(info.value).phase == phase

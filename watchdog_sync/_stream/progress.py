@@ -47,6 +47,10 @@ class StreamProgress:
             self.events += count
             self.last_event_at = self._now()
 
+    def phase(self) -> str:
+        """``'body'`` once the head is in, else ``'head'`` (for a stream's idle timeout)."""
+        return "head" if self.head_at is None else "body"
+
     def stamp(self, exc: Cancelled) -> None:
         """Put where the stream was, and how far it got, on ``exc`` (unless a part below
         already did)."""

@@ -186,6 +186,7 @@ class StreamWatch:
             stream_lifetime=lifetime,
             stage=self.stage,
             elapsed=lifetime,
+            phase=None if self._progress is None else self._progress.phase(),
         )
 
     def _end_cancelled(self, exc: Cancelled) -> None:
