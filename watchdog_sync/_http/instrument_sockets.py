@@ -42,7 +42,7 @@ import socket
 import ssl
 import threading
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from .._core.budget import Budget
 from .._core.errors import Cancelled
@@ -123,6 +123,8 @@ def _shut(binding: weakref.ref[_Binding], target: weakref.ref[socket.socket], _:
 
 
 _BINDINGS: weakref.WeakKeyDictionary[socket.socket, _Binding] = weakref.WeakKeyDictionary()
+# Its own dict, empty when no socket is bound: a read tests it without a Python call.
+_BOUND: Dict[Any, _Binding] = _BINDINGS.data  # type: ignore[attr-defined]  # (stubs miss it)
 _LOCK = threading.Lock()
 
 
@@ -239,7 +241,7 @@ def _io(patches: PatchSet, original: _Fn, *, empty_is_end: bool) -> _Fn:
         if empty_is_end:
             if not result:
                 _raise_if_shut(self, op)  # an EOF our own shutdown caused is no end of the data
-            elif _BINDINGS:  # a bound socket counts what it read (no lookup when none is)
+            elif _BOUND:  # a bound socket counts what it read (no lookup when none is)
                 binding = _BINDINGS.get(self)
                 if binding is not None:
                     binding.got(result)
