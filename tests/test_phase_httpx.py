@@ -13,7 +13,7 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
-from .rawserver import RawServer
+from .rawserver import RawServer, full_accept_queue
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -103,3 +103,15 @@ def test_instrumented_httpx_says_where_its_deadline_found_it(
         undo()
     assert info.value.phase == phase
     assert words in str(info.value)
+
+
+def test_a_connect_nobody_answers_through_httpx_is_phase_connect() -> None:
+    with (
+        full_accept_queue() as port,
+        ws.httpx_client() as client,
+        pytest.raises(ws.DeadlineExceeded) as info,
+        ws.deadline(LIMIT),
+    ):
+        client.get(f"http://127.0.0.1:{port}/")
+    assert info.value.phase == "connect"
+    assert "while connecting" in str(info.value)

@@ -16,7 +16,7 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
-from .rawserver import RawServer
+from .rawserver import RawServer, full_accept_queue
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -87,3 +87,15 @@ def test_a_write_the_server_never_reads_is_phase_send() -> None:
     ):
         sock.sendall(b"x" * (64 << 20))
     assert info.value.phase == "send"
+
+
+@pytest.mark.usefixtures("bound_sockets")
+def test_a_connect_nobody_answers_is_phase_connect() -> None:
+    with (
+        full_accept_queue() as port,
+        pytest.raises(ws.DeadlineExceeded) as info,
+        ws.deadline(LIMIT),
+    ):
+        socket.create_connection(("127.0.0.1", port)).close()
+    assert info.value.phase == "connect"
+    assert "while connecting" in str(info.value)
