@@ -115,3 +115,24 @@ def test_a_connect_nobody_answers_through_httpx_is_phase_connect() -> None:
         client.get(f"http://127.0.0.1:{port}/")
     assert info.value.phase == "connect"
     assert "while connecting" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "phase"), [("no_headers", "head"), ("silent_after_200", "body")]
+)
+def test_an_httpx_stream_with_no_first_event_says_head_or_body(
+    fault_gateway: FaultGateway, scenario: str, phase: str
+) -> None:
+    base = fault_gateway.base_url(scenario)
+    body = {**CHAT, "stream": True}
+    client = ws.httpx_client(first_event_timeout=0.3, idle_timeout=None)
+    url = base + "/chat/completions"
+    with (
+        client,
+        pytest.raises(ws.StreamIdleTimeout) as info,
+        ws.deadline(10),
+        client.stream("POST", url, json=body) as response,
+    ):
+        for _ in response.iter_lines():
+            pass
+    assert info.value.phase == phase
