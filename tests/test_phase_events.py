@@ -3,6 +3,7 @@ phase reach add_listener and the OpenTelemetry spans; no credential is in any ev
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Dict, Iterator, List
 
 import httpx
@@ -138,3 +139,17 @@ def test_an_instrumented_request_is_a_span_with_its_phase(fault_gateway: FaultGa
     assert attributes["error.type"] == "deadline_exceeded"
     assert spans[0].status.status_code is StatusCode.ERROR
     assert KEY not in repr(attributes)
+
+
+def test_an_instrumented_response_dropped_unread_ends_its_call_as_abandoned(
+    fault_gateway: FaultGateway, events: List[ws.Event]
+) -> None:
+    base = fault_gateway.base_url("ok")
+    with urllib3.PoolManager() as pool, ws.deadline(10):
+        url = base + "/chat/completions"
+        response = pool.request("POST", url, json=CHAT, preload_content=False)
+        assert response.status == 200
+        del response
+        gc.collect()
+    ends = [e for e in events if e.event == "call_end"]
+    assert [e.reason for e in ends] == ["abandoned"]

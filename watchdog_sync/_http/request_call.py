@@ -71,11 +71,13 @@ class RequestCall:
         )
 
     def answered(self, response: Any) -> None:
-        """``urlopen`` returned ``response``."""
+        """``urlopen`` returned ``response`` (collected unclosed: the call ends ``abandoned``)."""
         self.status = getattr(response, "status", None)
         self._returned = True
         if self._over:
             self.mark.end(None, status=self.status)
+        else:
+            self.mark.end_when_collected(response)
 
     def failed(self, error: BaseException) -> None:
         """The request failed with ``error`` (the first word on the call's end wins)."""
