@@ -3,6 +3,8 @@ the head or the body was awaited, and how many events came."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from typing import Any, Dict
 
 import pytest
@@ -10,12 +12,19 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
+from .rawserver import RawServer
+
 pytestmark = pytest.mark.timeout(30)
 
 LIMIT = 0.6
 MESSAGES = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": MESSAGES, "stream": True}
 DRIP: Dict[str, Any] = {"interval": 0.05}
+
+
+def mute(conn: socket.socket, stop: threading.Event) -> None:
+    """Accept, read nothing, say nothing: a TLS handshake never completes."""
+    stop.wait(10)
 
 
 def sse_deadline(base: str) -> ws.DeadlineExceeded:
@@ -88,3 +97,13 @@ def test_a_stream_idle_timeout_says_head_or_body(
             pass
     assert info.value.phase == phase
     assert ws.classify(info.value).phase == phase
+
+
+def test_a_stream_whose_tls_handshake_is_never_answered_is_phase_tls() -> None:
+    with RawServer(mute) as server:
+        url = f"https://127.0.0.1:{server.port}/chat/completions"
+        with pytest.raises(ws.DeadlineExceeded) as info, ws.deadline(LIMIT):
+            for _ in ws.stream_sse(url, json=CHAT, idle_timeout=None):
+                pass
+    assert info.value.phase == "tls"
+    assert "during the TLS handshake" in str(info.value)
