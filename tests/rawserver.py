@@ -12,7 +12,7 @@ import contextlib
 import socket
 import ssl
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 Handler = Callable[[socket.socket, threading.Event], None]
 
@@ -230,3 +230,28 @@ def read_request_body(conn: socket.socket, head: bytes) -> bytes:
             break
         more += piece
     return more
+
+
+@contextlib.contextmanager
+def full_accept_queue() -> Iterator[int]:
+    """The port of a listener on 127.0.0.1 that never accepts, its accept queue filled: a new
+    connect() there hangs (Linux drops the SYN), as to a server that does not answer."""
+    listener = socket.socket()
+    filled: List[socket.socket] = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        address = listener.getsockname()
+        while len(filled) < 64:
+            sock = socket.socket()
+            filled.append(sock)
+            sock.settimeout(0.2)
+            if sock.connect_ex(address) != 0:  # it hung: the queue is full
+                break
+        else:
+            raise AssertionError("the accept queue never filled")
+        yield address[1]
+    finally:
+        for sock in filled:
+            sock.close()
+        listener.close()

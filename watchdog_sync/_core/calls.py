@@ -173,7 +173,8 @@ class CallMark:
         return {} if self.call_id is None else {"call_id": self.call_id}
 
     def end(self, error: Optional[BaseException] = None, **fields: Any) -> None:
-        """Emit ``call_end``: ``reason`` / ``error_type`` from ``error`` when it failed.
+        """Emit ``call_end``: ``reason`` / ``error_type`` (and ``phase``, a timeout's) from
+        ``error`` when it failed.
 
         ``fields`` add what the caller knows at the end (``reason`` for how a
         stream ended without error, ``chunks_received``, ``finish_reason``, ...).
@@ -187,6 +188,9 @@ class CallMark:
         if error is not None:
             fields["error_type"] = kind = error_type(error)
             fields.setdefault("reason", kind)
+            phase = getattr(error, "phase", None)
+            if phase is not None:
+                fields.setdefault("phase", phase)
         emit(
             Event(
                 "call_end",

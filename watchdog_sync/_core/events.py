@@ -55,6 +55,8 @@ class Event:
     finish_reason: Optional[str] = None
     last_chunk_ms: Optional[float] = None
     error_type: Optional[str] = None
+    # Where a timeout found the work (``DeadlineExceeded.phase``): ``call_end``, ``attempt_failed``.
+    phase: Optional[str] = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

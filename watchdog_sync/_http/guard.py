@@ -52,6 +52,7 @@ from .._core.forks import process_local
 from .._core.phase import mark
 from .._core.scope import boundary
 from .progress import RequestProgress
+from .request_call import RequestCall
 from .resolve import is_ip_literal, resolve_bounded
 from .shutter import SocketSet
 from .tunnel import TunnelView, timeout_of
@@ -106,6 +107,7 @@ class ConnectionGuard:
         self._head_in = False
         self.head_timed_out = False  # the head was not in by its limit: its sockets were shut
         self.progress = RequestProgress(budget.clock.now)
+        self.call: Optional[RequestCall] = None  # an instrumented request's, when observed
 
     def check(self) -> None:
         """``budget.check()``, the ``Cancelled`` saying where the request was and how far

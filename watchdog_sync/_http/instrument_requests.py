@@ -48,7 +48,7 @@ def _send(patches: PatchSet, original: _Fn) -> _Fn:
             ours = _ours(exc) if patches.active else None
             if ours is None:
                 raise
-            raise RequestsRequestTimeout(ours.message, request=request) from None
+            raise RequestsRequestTimeout(ours.message, phase=ours.phase, request=request) from None
 
     return send
 
@@ -71,5 +71,5 @@ def _translated(chunks: Iterator[Any], request: Any) -> Iterator[Any]:
         ours = _ours(exc)
         if ours is None:
             raise
-        error = RequestsRequestTimeout(ours.message, request=request)
+        error = RequestsRequestTimeout(ours.message, phase=ours.phase, request=request)
     raise error from None

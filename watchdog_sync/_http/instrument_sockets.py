@@ -22,6 +22,11 @@ patches, all on the ``socket`` and ``ssl`` modules' classes:
 * ``socket.socket._real_close`` (the one place the descriptor is closed, also
   for a close deferred by ``makefile``): the registration is dropped.
 
+The ``Cancelled`` says as much of where the socket was as a socket can know:
+``connect``, ``tls`` (the handshake of ``wrap_socket``), ``send`` (a write),
+``head`` (a read before any byte came back) or ``body`` (a read after some did),
+with how many bytes came and when the last did.
+
 A socket belongs to the scope it was connected in: the end of that scope shuts
 it, even when it is used afterwards. Non-blocking sockets (event loops) are
 left alone. Outside any scope each read costs one Python call more, and a
@@ -37,9 +42,11 @@ import socket
 import ssl
 import threading
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from .._core.budget import Budget
+from .._core.errors import Cancelled
+from .._core.phase import mark
 from .._core.scope import scoped_budget
 from .guard import ACTIVE_GUARD, FLOOR
 from .patches import PatchSet
@@ -60,15 +67,50 @@ GUARDED: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 class _Binding:
-    """One socket's registration with a budget: shut at its end, and whether it was."""
+    """One socket's registration with a budget: shut at its end, and whether it was; the
+    bytes read from it since it was bound, and when the last came."""
 
-    __slots__ = ("__weakref__", "budget", "fired", "unregister")
+    __slots__ = ("__weakref__", "budget", "fired", "last_read_at", "read", "since", "unregister")
 
     def __init__(self, budget: Budget, sock: socket.socket) -> None:
         self.budget = budget
         self.fired = False
+        self.since = budget.clock.now()
+        self.read = 0
+        self.last_read_at = self.since
         target = weakref.ref(sock)  # the budget must not keep the socket alive
         self.unregister = budget.on_done(functools.partial(_shut, weakref.ref(self), target))
+
+    def got(self, result: Any) -> None:
+        """A read returned ``result`` (bytes, a count, or recvfrom's pair)."""
+        if isinstance(result, tuple):
+            result = result[0]
+        self.read += result if isinstance(result, int) else len(result)
+        self.last_read_at = self.budget.clock.now()
+
+    def check(self, phase: str) -> None:
+        """``budget.check()``, the ``Cancelled`` saying where the socket was: ``phase``, or
+        for a read ``head`` / ``body`` by whether any byte came back."""
+        try:
+            self.budget.check()
+        except Cancelled as exc:
+            now = self.budget.clock.now()
+            if phase != "read":
+                words = _WORDS[phase]
+                mark(exc, phase, f"{words}, for {now - self.since:.1f} s")
+            elif self.read:
+                ago = now - self.last_read_at
+                mark(exc, "body", f"after {self.read} bytes read, the last {ago:.1f} s ago")
+            else:
+                mark(exc, "head", f"connected, no byte read back in {now - self.since:.1f} s")
+            raise
+
+
+_WORDS = {
+    "connect": "while connecting",
+    "tls": "during the TLS handshake",
+    "send": "while sending",
+}
 
 
 def _shut(binding: weakref.ref[_Binding], target: weakref.ref[socket.socket], _: Budget) -> None:
@@ -81,6 +123,8 @@ def _shut(binding: weakref.ref[_Binding], target: weakref.ref[socket.socket], _:
 
 
 _BINDINGS: weakref.WeakKeyDictionary[socket.socket, _Binding] = weakref.WeakKeyDictionary()
+# Its own dict, empty when no socket is bound: a read tests it without a Python call.
+_BOUND: Dict[Any, _Binding] = _BINDINGS.data  # type: ignore[attr-defined]  # (stubs miss it)
 _LOCK = threading.Lock()
 
 
@@ -149,7 +193,10 @@ def _connect(patches: PatchSet, original: _Fn) -> _Fn:
         try:
             return original(self, address)
         except Exception:
-            budget.check()  # the budget's end cut the connect: say so
+            binding = _binding_of(self)
+            if binding is not None:
+                binding.check("connect")  # the budget's end cut the connect: say so
+            budget.check()
             raise
 
     return connect
@@ -161,10 +208,11 @@ def _wrap_socket(patches: PatchSet, original: _Fn) -> _Fn:
         if binding is None:
             return original(self, sock, *args, **kwargs)
         budget = binding.budget
+        binding.since = budget.clock.now()
         try:
             wrapped = original(self, sock, *args, **kwargs)
         except Exception:
-            budget.check()
+            binding.check("tls")
             raise
         _unbind(sock)
         _bind(wrapped, budget)
@@ -182,22 +230,29 @@ def _real_close(patches: PatchSet, original: _Fn) -> _Fn:
 
 
 def _io(patches: PatchSet, original: _Fn, *, empty_is_end: bool) -> _Fn:
+    op = "read" if empty_is_end else "send"
+
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             result = original(self, *args, **kwargs)
         except Exception:
-            _raise_if_shut(self)
+            _raise_if_shut(self, op)
             raise
-        if empty_is_end and not result:
-            _raise_if_shut(self)  # an EOF our own shutdown caused is no end of the data
+        if empty_is_end:
+            if not result:
+                _raise_if_shut(self, op)  # an EOF our own shutdown caused is no end of the data
+            elif _BOUND:  # a bound socket counts what it read (no lookup when none is)
+                binding = _BINDINGS.get(self)
+                if binding is not None:
+                    binding.got(result)
         return result
 
     return method
 
 
-def _raise_if_shut(sock: Any) -> None:
+def _raise_if_shut(sock: Any, op: str) -> None:
     """``Cancelled`` when ``sock``'s budget has ended: it shut the socket, or a timeout clipped
-    to the same moment came first."""
+    to the same moment came first. ``op``: ``'read'`` or ``'send'``."""
     binding = _binding_of(sock)
     if binding is not None and (binding.fired or binding.budget.ended):
-        binding.budget.check()
+        binding.check(op)

@@ -52,12 +52,14 @@ from urllib3.util import Timeout
 
 from .._core.budget import Budget, _noop
 from .._core.errors import Cancelled
+from .._core.events import observed
 from .._core.scope import scoped_budget
 from . import guard as _guard
 from .guard import ACTIVE_GUARD, FLOOR, GUARD_ATTR, ConnectionGuard, raise_budget_end
 from .instrument_requests import requests_patches
 from .patches import PatchSet
 from .reads import READER_SOCKETS, reading
+from .request_call import RequestCall
 from .request_timeout import (
     TIMER_ATTR,
     RequestTimer,
@@ -150,7 +152,8 @@ def _urlopen(patches: PatchSet, watch_stream: Optional[StreamHook], original: _F
             kwargs,
             budget.remaining() if timer is None else timer.remaining(),
         )
-        guard = ConnectionGuard(budget, None, _noop if timer is None else timer.stop)
+        call = _call(signature, self, args, kwargs, budget) if observed() else None
+        guard = _new_guard(budget, timer, call)
         patches.track(guard)
         token = ACTIVE_GUARD.set(guard)
         timer_token = _TIMER.set(timer)
@@ -160,14 +163,21 @@ def _urlopen(patches: PatchSet, watch_stream: Optional[StreamHook], original: _F
             answered = True
         except BaseException as exc:
             if timer is None or not (is_request_timeout(exc) or _timed_out(exc, timer)):
+                if call is not None:
+                    call.failed(exc)
                 raise
             url = kwargs.get("url", args[1] if len(args) > 1 else None)
-            message = request_timeout_message(timer.budget)
-            raise Urllib3RequestTimeout(message, pool=self, url=url) from None
+            phase, message = guard.progress.phase, _timeout_message(timer.budget, guard)
+            error = Urllib3RequestTimeout(message, phase=phase, pool=self, url=url)
+            if call is not None:
+                call.failed(error)
+            raise error from None
         finally:
             _TIMER.reset(timer_token)
             ACTIVE_GUARD.reset(token)
             guard.request_finished(answered=answered)
+        if call is not None:
+            call.answered(response)
         if timer is not None:
             if _is_event_stream(response):
                 timer.stop()  # the stream is left to the scope (and its own idle rules)
@@ -182,6 +192,37 @@ def _urlopen(patches: PatchSet, watch_stream: Optional[StreamHook], original: _F
 _TIMER: contextvars.ContextVar[Optional[RequestTimer]] = contextvars.ContextVar(
     "watchdog_sync_request_timer", default=None
 )
+
+
+def _call(
+    signature: inspect.Signature,
+    pool: Any,
+    args: Tuple[Any, ...],
+    kwargs: Dict[str, Any],
+    budget: Budget,
+) -> Optional[RequestCall]:
+    """The request's call for observers (``None`` when nobody observes events)."""
+    given = signature.bind_partial(pool, *args, **kwargs).arguments
+    method, url, body = given.get("method", ""), given.get("url", ""), given.get("body")
+    call = RequestCall(pool, method, url, body, budget)
+    return None if call.mark.call_id is None else call
+
+
+def _new_guard(
+    budget: Budget, timer: Optional[RequestTimer], call: Optional[RequestCall]
+) -> ConnectionGuard:
+    """The request's guard; once the request is over its timer stops and its call ends."""
+    if call is None:
+        return ConnectionGuard(budget, None, _noop if timer is None else timer.stop)
+
+    def over() -> None:
+        if timer is not None:
+            timer.stop()
+        call.over(guard.fired, guard.check)
+
+    guard = ConnectionGuard(budget, None, over)
+    guard.call = call
+    return guard
 
 
 def _timed_out(exc: BaseException, timer: RequestTimer) -> bool:
@@ -416,8 +457,12 @@ def _raise_end(guard: ConnectionGuard) -> NoReturn:
         raise_budget_end(guard)
     except Cancelled as exc:
         if not is_request_timeout(exc):
+            _failed(guard, exc)
             raise
-        raise Urllib3RequestTimeout(request_timeout_message(exc.budget)) from None
+        message = request_timeout_message(exc.budget, exc.progress)
+        error = Urllib3RequestTimeout(message, phase=exc.phase)
+    _failed(guard, error)
+    raise error from None
 
 
 def _raise_if_timed_out(response: Any, exc: Exception) -> None:
@@ -425,4 +470,19 @@ def _raise_if_timed_out(response: Any, exc: Exception) -> None:
     timeout's own error."""
     timer: Optional[RequestTimer] = getattr(response, TIMER_ATTR, None)
     if timer is not None and _timed_out(exc, timer):
-        raise Urllib3RequestTimeout(request_timeout_message(timer.budget)) from None
+        guard = _guard_of(response)
+        error = Urllib3RequestTimeout(_timeout_message(timer.budget, guard), phase="body")
+        if guard is not None:
+            _failed(guard, error)
+        raise error from None
+
+
+def _failed(guard: ConnectionGuard, error: BaseException) -> None:
+    """The request's body read failed with ``error``: its call (if observed) says so."""
+    if guard.call is not None:
+        guard.call.failed(error)
+
+
+def _timeout_message(budget: Budget, guard: Optional[ConnectionGuard]) -> str:
+    """The request timeout's words, with how far the request got when its guard knows."""
+    return request_timeout_message(budget, None if guard is None else guard.progress.words())

@@ -18,7 +18,8 @@ to its caller, into the timeout error that caller already handles:
   (``_httpx/request_timeout.py``).
 
 Each is also a :class:`WatchdogError` with ``reason='request_timeout'``,
-retryable, which ``classify()`` reads as a timeout.
+retryable, which ``classify()`` reads as a timeout, and says where the request was
+(``phase``, as ``DeadlineExceeded.phase``; how far it got in its message).
 
 The timer is stopped once the request is over: its body read to its end or
 closed, or, for an event stream (``text/event-stream``), its head in, the
@@ -39,7 +40,7 @@ from urllib3.exceptions import ReadTimeoutError
 
 from .._core.budget import Budget
 from .._core.clock import MONOTONIC
-from .._core.errors import Cancelled, WatchdogError
+from .._core.errors import Cancelled, WatchdogError, _checked_phase
 from .._core.tightest import Tightest
 
 __all__ = [
@@ -116,11 +117,12 @@ def is_request_timeout(exc: BaseException) -> bool:
     return isinstance(exc, Cancelled) and exc.reason == REQUEST_TIMEOUT
 
 
-def request_timeout_message(budget: Budget) -> str:
-    """What a request's own timeout says (``budget``: the request's): how long it ran, and
-    how to give it more."""
+def request_timeout_message(budget: Budget, progress: Optional[str] = None) -> str:
+    """What a request's own timeout says (``budget``: the request's): how long it ran, how
+    far it got (``progress``, when known), and how to give it more."""
+    got = "" if progress is None else f", {progress}"
     return (
-        f"the request did not finish within its request timeout ({budget.elapsed():.2f}s); "
+        f"the request did not finish within its request timeout ({budget.elapsed():.2f}s{got}); "
         "raise instrument(request_timeout=...) (or WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT, "
         "or watchdog-sync run --request-timeout) if the server is legitimately this slow"
     )
@@ -129,14 +131,24 @@ def request_timeout_message(budget: Budget) -> str:
 class Urllib3RequestTimeout(WatchdogError, ReadTimeoutError):
     """A request's own timeout (instrument(request_timeout=...)), as urllib3 raises a read timeout.
 
-    Retryable; ``pool`` and ``url`` as urllib3 sets them on its own timeouts.
+    Retryable; ``pool`` and ``url`` as urllib3 sets them on its own timeouts; ``phase``
+    where the request was (as ``DeadlineExceeded.phase``).
     """
 
     default_reason = REQUEST_TIMEOUT
     default_retryable = True
+    phase: Optional[str] = None  # class default: errors pickled before the field existed
 
-    def __init__(self, message: str, *, pool: Any = None, url: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        phase: Optional[str] = None,
+        pool: Any = None,
+        url: Optional[str] = None,
+    ) -> None:
         WatchdogError.__init__(self, message)
+        self.phase = _checked_phase(phase)
         self.pool = pool
         self.url = url
 
@@ -148,14 +160,17 @@ class Urllib3RequestTimeout(WatchdogError, ReadTimeoutError):
 class RequestsRequestTimeout(WatchdogError, ReadTimeout):
     """A request's own timeout (instrument(request_timeout=...)), as requests raises a read timeout.
 
-    Retryable; ``request`` and ``response`` as requests sets them on its own errors.
+    Retryable; ``request`` and ``response`` as requests sets them on its own errors;
+    ``phase`` where the request was (as ``DeadlineExceeded.phase``).
     """
 
     default_reason = REQUEST_TIMEOUT
     default_retryable = True
+    phase: Optional[str] = None  # class default: errors pickled before the field existed
 
-    def __init__(self, message: str, *, request: Any = None) -> None:
+    def __init__(self, message: str, *, phase: Optional[str] = None, request: Any = None) -> None:
         WatchdogError.__init__(self, message)
+        self.phase = _checked_phase(phase)
         self.request = request
         self.response = None
 

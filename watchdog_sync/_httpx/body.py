@@ -12,7 +12,9 @@ from typing import Any, Callable, Iterator, Optional
 
 from .._core.budget import Budget, _noop
 from .._core.errors import Cancelled
+from .._core.phase import mark
 from .._core.scope import boundary, error_for, owns
+from .._http.progress import RequestProgress
 from .._http.shutter import SocketSet
 from .._stream.stream import GuardedStream
 
@@ -83,6 +85,7 @@ class BoundedBody:
 
     On an HTTP/2 response (nothing to shut) the budget is checked before each
     piece, so a body that keeps dripping ends at its first piece past the deadline.
+    The ``Cancelled`` of the budget's end says ``'body'`` and how many bytes came.
     """
 
     def __init__(
@@ -101,15 +104,19 @@ class BoundedBody:
         self._owner = owner
         self._release = release
         self._check_each = check_each
+        self._progress = progress = RequestProgress(budget.clock.now)
+        progress.head_in()
 
     def __iter__(self) -> Iterator[bytes]:
         budget = self._budget
         check_each = self._check_each
+        read = self._progress.read
         ended = False
         try:
             for piece in self._inner:
                 if check_each and budget.ended:
                     break
+                read(len(piece))
                 yield piece
         except Exception:
             if not (self._shutter.fired or budget.ended):
@@ -122,7 +129,11 @@ class BoundedBody:
 
     def _raise_end(self) -> None:
         with boundary(self._budget, self._owner):
-            self._budget.check()
+            try:
+                self._budget.check()
+            except Cancelled as exc:
+                mark(exc, "body", self._progress.words())
+                raise
 
     def close(self) -> None:
         self._shutter.release()
@@ -138,8 +149,8 @@ class EventBody:
 
     The events come from the guarded stream's reader thread; the budget's end
     raises ``Cancelled`` for an enclosing scope, or the public error when the
-    transport's own ``budget=`` owns it. ``failure`` (what ended the stream
-    before its first event) is raised by the first read.
+    transport's own ``budget=`` owns it, saying ``'body'`` and how far the body got.
+    ``failure`` (what ended the stream before its first event) is raised by the first read.
     """
 
     watch: Any = None  # the EventWatch that read its events (set by the transport)
@@ -159,17 +170,24 @@ class EventBody:
         self._guarded = guarded
         self._owner = owner
         self._release = release
+        self._progress = progress = RequestProgress()
+        progress.head_in()
 
     def __iter__(self) -> Iterator[bytes]:
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
         head, self._head = self._head, None
+        read = self._progress.read
         if head is not None:
+            read(len(head))
             yield head
         try:
-            yield from self._items
+            for item in self._items:
+                read(len(item))
+                yield item
         except Cancelled as exc:
+            mark(exc, "body", self._progress.words())  # unless the stream below said it
             if owns(self._owner, exc):
                 raise error_for(exc) from None
             raise

@@ -21,7 +21,6 @@ or non-JSON body leaves it out); nothing else of the body is kept.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from typing import Any, Iterator, Optional
@@ -30,6 +29,7 @@ from .._core.budget import Budget
 from .._core.calls import CallMark
 from .._http import propagation as _propagation
 from .._http.redirect import same_origin
+from .._http.request_call import STREAM_FLAG, model_of, operation_of
 
 __all__ = [
     "MarkedBody",
@@ -42,12 +42,8 @@ __all__ = [
 ]
 
 _ORIGIN_KEY = "watchdog_sync.origin"  # the extension naming the origin the call started at
-_STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
 _GEMINI_STREAM = ":streamGenerateContent"  # google-genai asks for a stream by its URL
 _ALT_SSE = re.compile(rb"(?:^|&)alt=sse(?:&|$)")
-_CHAT_PATHS = (("/chat/completions", "http_chat"), ("/v1/messages", "http_messages"))
-_MODEL_BODY_MAX = 64 * 1024  # the largest request body parsed for its model (bytes)
-_MODEL_MAX = 256  # a longer "model" value is not a model's name: left out
 
 
 def mark_deadline(request: Any, budget: Budget) -> None:
@@ -65,10 +61,7 @@ def call_mark(request: Any, budget: Budget, idle: Optional[float]) -> Optional[C
     """The request's call for observers (``None`` when nobody observes events)."""
     streaming = asks_for_stream(request)
     url = request.url
-    path = url.path.rstrip("/")
-    operation = next((op for suffix, op in _CHAT_PATHS if path.endswith(suffix)), "http")
-    if operation != "http" and streaming:
-        operation += "_stream"
+    operation = operation_of(url.path, streaming)
     mark = CallMark(
         operation,
         budget=budget,
@@ -85,15 +78,7 @@ def request_model(request: Any) -> Optional[str]:
     """The top-level ``"model"`` of a JSON POST body in memory (at most 64 KiB), else ``None``."""
     if request.method != "POST" or "json" not in request.headers.get("content-type", ""):
         return None
-    body = body_in_memory(request)
-    if body is None or len(body) > _MODEL_BODY_MAX or b'"model"' not in body:
-        return None
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON (or not UTF-8), or nested too deep
-        return None
-    model = data.get("model") if type(data) is dict else None
-    return model if type(model) is str and 0 < len(model) <= _MODEL_MAX else None
+    return model_of(body_in_memory(request))
 
 
 def body_in_memory(request: Any) -> Optional[bytes]:
@@ -114,7 +99,7 @@ def asks_for_stream(request: Any) -> bool:
     if url.path.endswith(_GEMINI_STREAM) or _ALT_SSE.search(url.query or b"") is not None:
         return True
     body = body_in_memory(request)
-    return body is not None and _STREAM_FLAG.search(body) is not None
+    return body is not None and STREAM_FLAG.search(body) is not None
 
 
 class MarkedBody:

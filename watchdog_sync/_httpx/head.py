@@ -17,6 +17,10 @@ of :mod:`.httpcore_hooks`, ask it first:
 * ``sleep`` (httpcore's back-off between connect retries) never sleeps past
   the end.
 
+Each hook also moves the request's :class:`RequestProgress` on (``resolve``,
+``connect``, ``tls``, ``send``, ``head``), so the ``Cancelled`` the transport raises
+at the budget's end (:meth:`HeadGuard.check`) says where the request was.
+
 When the budget ends, the guard shuts every registered socket from outside
 (``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
 thread does not). A call that starts after the end raises httpcore's own
@@ -48,8 +52,11 @@ import weakref
 from typing import Any, Callable, Iterator, Optional
 
 from .._core.budget import Budget, _noop
+from .._core.errors import Cancelled
 from .._core.forks import process_local
+from .._core.phase import mark
 from .._http.instrument_sockets import GUARDED
+from .._http.progress import RequestProgress
 from .._http.resolve import addresses_bounded, is_ip_literal
 from .._http.shutter import SocketSet
 
@@ -78,11 +85,12 @@ class HeadGuard:
     streaming request's first-event limit), or ``None``.
     """
 
-    __slots__ = ("_sockets", "_unregister", "_until", "budget")
+    __slots__ = ("_sockets", "_unregister", "_until", "budget", "progress")
 
     def __init__(self, budget: Budget, until: Optional[float] = None) -> None:
         self.budget = budget
         self._until = until
+        self.progress = RequestProgress(budget.clock.now)
         self._sockets = SocketSet()
         self._unregister: Callable[[], None] = _noop
         self._unregister = budget.on_done(self._fire)
@@ -91,6 +99,15 @@ class HeadGuard:
     def fired(self) -> bool:
         """The budget ended and the sockets were shut."""
         return self._sockets.fired
+
+    def check(self) -> None:
+        """``budget.check()``, the ``Cancelled`` saying where the request was."""
+        try:
+            self.budget.check()
+        except Cancelled as exc:
+            if self.progress.phase is not None:
+                mark(exc, self.progress.phase, self.progress.words())
+            raise
 
     def timeout(
         self, timeout: Optional[float], error: Any, *, head: bool = True
@@ -138,7 +155,8 @@ HEAD: contextvars.ContextVar[Optional[HeadGuard]] = process_local(
 
 @contextlib.contextmanager
 def head_phase(budget: Budget, until: Optional[float] = None) -> Iterator[HeadGuard]:
-    """Make a :class:`HeadGuard` current while httpcore sends the request and reads the head."""
+    """Make a :class:`HeadGuard` current while httpcore sends the request and reads the head
+    (the guard stays usable afterwards: its :meth:`~HeadGuard.check` says where it was)."""
     guard = HeadGuard(budget, until)
     token = HEAD.set(guard)
     guarded = GUARDED.set(True)  # instrument(sockets=True) leaves these sockets to the guard
@@ -165,6 +183,7 @@ def read(core: Any, original: _Fn, stream: Any, max_bytes: int, timeout: Any = N
     if guard is None:
         return original(stream, max_bytes, timeout)
     guard.watch(stream)
+    guard.progress.enter("head")
     return original(stream, max_bytes, guard.timeout(timeout, core.ReadTimeout))
 
 
@@ -176,6 +195,7 @@ def write(core: Any, original: _Fn, stream: Any, buffer: bytes, timeout: Any = N
         _CLEARTEXT_H2.add(stream)
         guard.forget(stream)
     guard.watch(stream)
+    guard.progress.enter("send")
     return original(stream, buffer, guard.timeout(timeout, core.WriteTimeout, head=False))
 
 
@@ -191,6 +211,7 @@ def start_tls(
     if guard is None:
         return original(stream, ssl_context, server_hostname, timeout)
     guard.watch(stream)
+    guard.progress.enter("tls")
     clipped = guard.timeout(timeout, core.ConnectTimeout, head=False)
     secured = original(stream, ssl_context, server_hostname, clipped)
     guard.forget(stream)  # ssl made a new socket object of it (the old one is detached)
@@ -214,6 +235,7 @@ def connect_tcp(
         return original(backend, host, port, timeout, local_address, socket_options)
     addresses = [host]
     if not is_ip_literal(host):
+        guard.progress.enter("resolve")
         left = guard.timeout(timeout, core.ConnectTimeout, head=False)
         try:
             addresses = addresses_bounded(host, port, left)
@@ -222,6 +244,7 @@ def connect_tcp(
         except OSError as exc:  # socket.gaierror: as httpcore maps it
             raise core.ConnectError(exc) from exc
     failure: Optional[Exception] = None
+    guard.progress.enter("connect")
     for address in addresses:
         left = guard.timeout(timeout, core.ConnectTimeout, head=False)
         try:
@@ -246,6 +269,7 @@ def connect_unix_socket(
     guard = HEAD.get()
     if guard is None:
         return original(backend, path, timeout, socket_options)
+    guard.progress.enter("connect")
     left = guard.timeout(timeout, core.ConnectTimeout, head=False)
     stream = original(backend, path, left, socket_options)
     guard.watch(stream)

@@ -136,7 +136,7 @@ def _timed(
         timer.stop()
         if not _timed_out(exc, timer):
             raise
-        error = request_timeout_error(lib, timer.budget)
+        error = request_timeout_error(lib, timer.budget, exc)
     else:
         if _is_event_stream(response):
             timer.stop()  # the stream is left to the scope (and its own idle rules)
@@ -201,7 +201,7 @@ class _TimedBody:
         except BaseException as exc:
             if not _timed_out(exc, self._timer):
                 raise
-            error = request_timeout_error(self._lib, self._timer.budget)
+            error = request_timeout_error(self._lib, self._timer.budget, exc, "body")
         else:
             self._timer.stop()
             return

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .._core.budget import Budget
-from .._core.errors import OperationTimeout
+from .._core.errors import Cancelled, OperationTimeout
 from .._http.request_timeout import REQUEST_TIMEOUT, request_timeout_message
 
 __all__ = ["request_timeout_error"]
@@ -24,10 +24,17 @@ _CLASSES: Dict[str, type] = {}
 _LOCK = threading.Lock()
 
 
-def request_timeout_error(lib: Any, budget: Budget) -> OperationTimeout:
+def request_timeout_error(
+    lib: Any, budget: Budget, cause: BaseException, phase: Optional[str] = None
+) -> OperationTimeout:
     """The error for a request of ``lib`` (``httpx2`` or ``httpx``) whose own timeout ended
-    (``budget``: the request's)."""
-    error: OperationTimeout = _class_for(lib)(request_timeout_message(budget))
+    (``budget``: the request's) with ``cause``: where the request was is the ``Cancelled``'s
+    word, else ``phase``."""
+    progress = None
+    if isinstance(cause, Cancelled) and cause.phase is not None:
+        phase, progress = cause.phase, cause.progress
+    error: OperationTimeout = _class_for(lib)(request_timeout_message(budget, progress))
+    error.phase = phase
     return error
 
 
@@ -57,7 +64,16 @@ def _init(self: Any, message: str) -> None:
 
 
 # What a copy carries: our fields, not httpx's request (its body and headers stay here).
-_FIELDS = ("reason", "stage", "attempt", "elapsed", "remaining", "retryable", "request_id")
+_FIELDS = (
+    "reason",
+    "stage",
+    "attempt",
+    "elapsed",
+    "remaining",
+    "retryable",
+    "request_id",
+    "phase",
+)
 
 
 def _reduce(self: Any) -> Tuple[Any, ...]:

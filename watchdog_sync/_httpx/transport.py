@@ -257,7 +257,7 @@ class HTTPXTransport(_Base):
             try:
                 token = BOUND.set(True)
                 try:
-                    with head_phase(budget, head_until):  # connect .. last header byte
+                    with head_phase(budget, head_until) as head:  # connect .. last header byte
                         response = self._transport.handle_request(request)
                 finally:
                     BOUND.reset(token)
@@ -267,16 +267,15 @@ class HTTPXTransport(_Base):
                 response = None  # raised below, outside the handler: the httpx error (and
                 # the request it holds, credentials included) is not chained to ours
             if response is not None and budget.ended:
-                # A phase below that nothing could interrupt (a custom transport or network
-                # backend) returned past the deadline: no success, whatever it returned.
+                # A part below nothing could interrupt returned past the deadline: no success.
                 _close_quietly(response)
-                response = None
+                budget.check()  # past it, whatever it returned: nothing was interrupted
             if response is None:
-                budget.check()  # the budget's end caused it: say so
+                head.check()  # the budget's end caused it: say so, and where
                 if replayable and _may_resend(send, budget):
                     _resent(send, "no response headers", budget)
                     continue
-                raise self._first_event_error(send, time.monotonic() - started)
+                raise self._first_event_error(send, time.monotonic() - started, head.progress.phase)
             live["read"] = timeouts.get("read")  # body reads: the caller's read timeout
             if not _is_event_stream(response):
                 return self._bounded(response, budget, owner, release)
@@ -288,9 +287,9 @@ class HTTPXTransport(_Base):
             except StreamIdleTimeout:  # raised only when it may be sent again
                 _resent(send, "no first event", budget)
 
-    def _first_event_error(self, sends: int, lifetime: float) -> StreamIdleTimeout:
+    def _first_event_error(self, sends: int, lifetime: float, at: Any) -> StreamIdleTimeout:
         assert self._limits.first is not None
-        return first_event_error(self._limits.first, sends, lifetime)
+        return first_event_error(self._limits.first, sends, lifetime, phase=at)
 
     def _bounded(
         self, response: Any, budget: Budget, owner: Budget, release: Callable[[], None]
@@ -352,7 +351,7 @@ class HTTPXTransport(_Base):
             if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
                 if may_resend:
                     raise
-                failure = self._first_event_error(send, time.monotonic() - started)
+                failure = self._first_event_error(send, time.monotonic() - started, "body")
         except BaseException:
             guarded.close()
             close_connection()

@@ -29,7 +29,6 @@ from .._core.errors import (
     DeadlineExceeded,
     HTTPStatusError,
     OperationCancelled,
-    OperationTimeout,
     RetryExhausted,
     StreamIdleTimeout,
     StreamProtocolError,
@@ -59,7 +58,8 @@ class Classification:
     ``'transport'``, ``'http'``, ``'protocol'``, ``'exhausted'``,
     ``'programming'``, ``'unknown'``; ``reason`` a stable code; ``retryable`` whether another
     attempt (within the same budget) could help; ``phase`` where a timeout found the work
-    (``DeadlineExceeded.phase`` / ``OperationTimeout.phase``), else ``None``.
+    (``DeadlineExceeded.phase`` / ``OperationTimeout.phase``, a request timeout's ``phase``),
+    else ``None``.
     """
 
     kind: str
@@ -212,7 +212,7 @@ def _own(exc: WatchdogError) -> Classification:
         # A request's own timeout is also urllib3's or requests' timeout, not a TimeoutError.
         timeout = isinstance(exc, TimeoutError) or exc.reason == "request_timeout"
         kind = "timeout" if timeout else "unknown"
-    phase = exc.phase if isinstance(exc, OperationTimeout) else None
+    phase = getattr(exc, "phase", None)  # the timeouts': a request timeout's too
     return Classification(kind, exc.reason, bool(exc.retryable), phase=phase)
 
 

@@ -225,6 +225,7 @@ class _Loop:
             reason=info.reason,
             transport_code=info.transport_code,
             status=info.status,
+            phase=info.phase,
         )
         if not info.retryable or _marked_permanent(error):
             self._emit("give_up", reason=info.reason)

@@ -41,9 +41,12 @@ def stream_limits(idle_timeout: Any, first_timeout: Any, first_name: str) -> Str
     return StreamLimits(idle, first, named)
 
 
-def first_event_error(first: float, sends: int, lifetime: float) -> StreamIdleTimeout:
+def first_event_error(
+    first: float, sends: int, lifetime: float, *, phase: Optional[str] = None
+) -> StreamIdleTimeout:
     """What a request's stream silent ``first`` seconds before its first event raises, after
-    ``sends`` sends (``lifetime``: seconds since the last one)."""
+    ``sends`` sends (``lifetime``: seconds since the last one; ``phase``: where the request
+    was, connecting, waiting for the head, ..., when known)."""
     times = "once" if sends == 1 else f"{sends} times"
     return StreamIdleTimeout(
         f"no first event within {first:g}s of sending the request (sent {times}); "
@@ -54,4 +57,5 @@ def first_event_error(first: float, sends: int, lifetime: float) -> StreamIdleTi
         stream_lifetime=lifetime,
         stage="http",
         elapsed=lifetime,
+        phase=phase,
     )

@@ -22,6 +22,7 @@ from .._core.budget import Budget
 from .._core.clock import MONOTONIC, Clock
 from .._core.errors import Cancelled
 from .limits import StreamLimits
+from .progress import StreamProgress
 from .stream import GuardedStream, started
 from .watch import StreamStats, StreamWatch
 
@@ -71,6 +72,7 @@ class SocketFeed(Generic[T]):
         self._error: Optional[BaseException] = None
         self._on_timeout = on_timeout
         self._unblocked = False
+        self._progress = StreamProgress(clock.now)
         self._watch = StreamWatch(
             limits=limits,
             budgets=budgets,
@@ -79,6 +81,7 @@ class SocketFeed(Generic[T]):
             wake=self._wake,
             unblock=self._unblock,
             active=active,
+            progress=self._progress,
         )
 
     def start(self) -> None:
@@ -114,6 +117,7 @@ class SocketFeed(Generic[T]):
         except OpenTimedOut:
             pass  # the idle check reports it
         except (Exception, Cancelled) as exc:
+            self._progress.heard(exc)
             self.body_ended(exc, completed=False)
 
     def _next(self, watch: StreamWatch) -> Optional[Iterator[T]]:
@@ -171,6 +175,7 @@ class SocketFeed(Generic[T]):
                     items = []  # the stream ended meanwhile: nothing more is handed out
         if not items:
             return None
+        self._progress.got(len(items))
         if watch.first_item():
             watch.announce_first()
         return watch.hand_out(items, wait_from)
@@ -185,6 +190,7 @@ class SocketFeed(Generic[T]):
         """From the opener: the consumer reads ``body`` whenever no item waits."""
         with self._lock:
             self._body = body
+        self._progress.head_in()
         self._let_go()  # stopped while it opened: nobody will read it
 
     def offer(self, items: List[T]) -> None:
@@ -196,6 +202,7 @@ class SocketFeed(Generic[T]):
             if self._watch.stopping:
                 return
             self._pending.extend(items)
+            self._progress.got(len(items))
         if self._watch.first_item():
             self._watch.announce_first()
 

@@ -23,6 +23,7 @@ from .._core.clock import Clock
 from .._core.config import ENV_IDLE_TIMEOUT
 from .._core.errors import Cancelled, StreamIdleTimeout
 from .limits import StreamLimits
+from .progress import StreamProgress
 from .wire import Activity
 
 __all__ = ["StreamStats", "StreamWatch"]
@@ -67,8 +68,10 @@ class StreamWatch:
         wake: Callable[[], None],
         unblock: Callable[[], None],
         active: Optional[Callable[[Any], bool]] = None,
+        progress: Optional[StreamProgress] = None,
     ) -> None:
         self._lock = threading.Lock()  # the end: recorded once
+        self._progress = progress  # a request's stream: where it was, for the budget's end
         self._wake = wake
         self._unblock = unblock
         self._idle = limits.idle
@@ -183,10 +186,13 @@ class StreamWatch:
             stream_lifetime=lifetime,
             stage=self.stage,
             elapsed=lifetime,
+            phase=None if self._progress is None else self._progress.phase(),
         )
 
     def _end_cancelled(self, exc: Cancelled) -> None:
         """Record the end; raise the public error when the explicit budget owns ``exc``."""
+        if self._progress is not None:
+            self._progress.stamp(exc)
         self.finish("deadline" if exc.reason == "deadline_exceeded" else "cancelled")
         if self._explicit is not None and _scope.owns(self._explicit, exc):
             raise _scope.error_for(exc, stage=self.stage) from None

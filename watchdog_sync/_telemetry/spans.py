@@ -42,6 +42,7 @@ _EVENT_FIELDS = (
     "remaining_ms",
     "chunks_received",
     "first_byte_ms",
+    "phase",
 )
 # The events that become span events: each attempt, its failure, each backoff, the give-up
 # (``success``, ``first_byte`` and ``stream_end`` say nothing the span's end does not).
@@ -196,6 +197,8 @@ def _end_attributes(
     status = event.status
     if error is not None:
         ended[names.ERROR_TYPE] = error
+        if event.phase is not None:
+            ended[names.PHASE] = event.phase
         if status is None:
             status = call.status
     else:
