@@ -39,15 +39,19 @@ def test_the_matrix_has_the_peers_tables_rows_and_columns() -> None:
     ]  # fmt: skip
     assert list(matrix.CLIENTS) == [
         "ChatClient", "requests_sseclient", "openai_sdk", "openai_sdk_defaults",
-        "openai_sdk_instrument", "httpx_sse", "tenacity_requests", "stamina_requests",
-        "openai_sdk_httpx_client", "anthropic_sdk", "anthropic_sdk_httpx_client",
-        "anthropic_sdk_instrument", "google_genai", "google_genai_httpx_client", "litellm_sdk",
-        "litellm_sdk_instrument",
+        "openai_sdk_instrument", "openai_sdk_instrument_idle", "httpx_sse", "tenacity_requests",
+        "stamina_requests", "openai_sdk_httpx_client", "anthropic_sdk",
+        "anthropic_sdk_httpx_client", "anthropic_sdk_instrument", "google_genai",
+        "google_genai_httpx_client", "google_genai_instrument", "google_genai_instrument_idle",
+        "litellm_sdk", "litellm_sdk_instrument", "litellm_sdk_instrument_idle",
     ]  # fmt: skip
     assert sorted(matrix.ANTHROPIC_CLIENTS) == [
         "anthropic_sdk", "anthropic_sdk_httpx_client", "anthropic_sdk_instrument",
     ]  # fmt: skip
-    assert sorted(matrix.GEMINI_CLIENTS) == ["google_genai", "google_genai_httpx_client"]
+    assert sorted(matrix.GEMINI_CLIENTS) == [
+        "google_genai", "google_genai_httpx_client", "google_genai_instrument",
+        "google_genai_instrument_idle",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
