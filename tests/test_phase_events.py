@@ -4,6 +4,7 @@ phase reach add_listener and the OpenTelemetry spans; no credential is in any ev
 from __future__ import annotations
 
 import gc
+import json
 from typing import Any, Dict, Iterator, List
 
 import httpx
@@ -25,6 +26,9 @@ LIMIT = 0.6
 KEY = "sk-phase-events-0123456789abcdef"
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 HEADERS = {"Authorization": f"Bearer {KEY}", "Connection": "close"}
+# urllib3 1.26 has no json= argument: the body and its type spelled out for urllib3 alone.
+BODY = json.dumps(CHAT).encode()
+JSON_HEADERS = {**HEADERS, "Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -68,7 +72,7 @@ def test_an_instrumented_urllib3_request_that_succeeds_ends_its_call_when_read(
 ) -> None:
     base = fault_gateway.base_url("ok")
     with urllib3.PoolManager() as pool, ws.deadline(10):
-        response = pool.request("POST", base + "/chat/completions", json=CHAT, headers=HEADERS)
+        response = pool.request("POST", base + "/chat/completions", body=BODY, headers=JSON_HEADERS)
     ends = [e for e in events if e.event == "call_end"]
     assert response.status == 200
     assert len(ends) == 1 and ends[0].status == 200 and ends[0].error_type is None
@@ -147,7 +151,7 @@ def test_an_instrumented_response_dropped_unread_ends_its_call_as_abandoned(
     base = fault_gateway.base_url("ok")
     with urllib3.PoolManager() as pool, ws.deadline(10):
         url = base + "/chat/completions"
-        response = pool.request("POST", url, json=CHAT, preload_content=False)
+        response = pool.request("POST", url, body=BODY, headers=JSON_HEADERS, preload_content=False)
         assert response.status == 200
         del response
         gc.collect()
