@@ -13,13 +13,9 @@ import threading
 import time
 from typing import Callable, List
 
-import pytest
-
 import watchdog_sync as ws
 from tests.internals import reader_sockets, watchdog_call_at
 from tests.rawserver import RawServer, chunk, read_request_head
-
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()")
 
 PIECE_EVERY = 0.1
 

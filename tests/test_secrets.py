@@ -336,8 +336,6 @@ def test_no_credential_a_request_carried_is_shown_when_the_server_echoes_it(
     """A server that quotes every credential of the request back, in an error event and in
     an error body: none is in our errors (message, repr, .body, fields, chains), events or
     log records, on every path."""
-    if path != "stream_sse":  # httpx_client finds the proxy in the environment
-        pytest.importorskip("httpx2")
     monkeypatch.setenv("HTTP_PROXY", proxy_of(fault_gateway))
     monkeypatch.setenv("NO_PROXY", "" if path == "httpx_client" else "127.0.0.1")
     handler = ByLogger()
