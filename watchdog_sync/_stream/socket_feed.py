@@ -146,14 +146,9 @@ class SocketFeed(Generic[T]):
                 if items is not None:
                     return items
                 continue
-            # Something ended. The budget goes first, so a cancel wins over an idle timeout.
-            if watch.stopping:
+            drained = self._done and not self._pending
+            if watch.ended_after_wait(drained, self._taken_error, self._completed, wait_from):
                 return None
-            watch.check_budgets()
-            if self._done and not self._pending:
-                watch.source_ended(self._taken_error(), self._completed)
-                return None
-            watch.check_idle(wait_from)
 
     def _taken_error(self) -> Optional[BaseException]:
         """The source's error, taken (no frame of the consumer's keeps it: no cycle)."""

@@ -193,14 +193,11 @@ class ThreadFeed(Generic[T]):
             if outcome is not None:
                 return outcome
             # Something ended; act outside the lock (on_timeout and events run user code).
-            # The budget goes first, so a cancel wins over an idle timeout due at once.
-            if watch.stopping:
+            drained = self._reader_done and not self._buf
+            if watch.ended_after_wait(
+                drained, self._taken_error, self._reader_completed, wait_from
+            ):
                 return None
-            watch.check_budgets()
-            if self._reader_done and not self._buf:
-                watch.source_ended(self._taken_error(), self._reader_completed)
-                return None
-            watch.check_idle(wait_from)
 
     def _taken_error(self) -> Optional[BaseException]:
         """The source's error, taken (no frame of the consumer's keeps it: no cycle)."""

@@ -197,6 +197,26 @@ class StreamWatch:
         if self._explicit is not None and _scope.owns(self._explicit, exc):
             raise _scope.error_for(exc, stage=self.stage) from None
 
+    def ended_after_wait(
+        self,
+        drained: bool,
+        taken_error: Callable[[], Optional[BaseException]],
+        completed: bool,
+        wait_from: Optional[float],
+    ) -> bool:
+        """A feed's wait brought nothing: True when the stream is over (stopped, or its
+        source ended with everything before it handed out: ``drained``); raises the budget's
+        end first, so that a cancel wins over an idle timeout due at once, then the source's
+        error (``taken_error``) or the idle timeout."""
+        if self.stopping:
+            return True
+        self.check_budgets()
+        if drained:
+            self.source_ended(taken_error(), completed)
+            return True
+        self.check_idle(wait_from)
+        return False
+
     def source_ended(self, error: Optional[BaseException], completed: bool) -> None:
         """The source's end, once everything before it was handed out: recorded, and
         ``error`` raised (a ``Cancelled`` converted when the explicit budget owns it)."""
