@@ -47,7 +47,6 @@ __all__ = [
     "INSTRUMENT_REQUEST_TIMEOUT_UNSET",
     "INSTRUMENT_SOCKETS_UNSET",
     "INSTRUMENT_THREADS_UNSET",
-    "OptionUnset",
     "TIMEOUT_UNSET",
     "Unset",
     "budget_limit",
@@ -96,12 +95,13 @@ class Unset:
 
     __slots__ = ("default", "env")
 
-    def __init__(self, env: str, default: float) -> None:
+    def __init__(self, env: str, default: Any) -> None:
         self.env = env
         self.default = default
 
-    def __repr__(self) -> str:
-        return f"${self.env} or {self.default:g}"  # what help() and the docs show
+    def __repr__(self) -> str:  # what help() and the docs show
+        shown = f"{self.default:g}" if isinstance(self.default, float) else repr(self.default)
+        return f"${self.env} or {shown}"
 
 
 class _AsIdle:
@@ -113,28 +113,15 @@ class _AsIdle:
         return "idle_timeout"
 
 
-class OptionUnset:
-    """An ``instrument()`` option not given: its environment variable, else ``default``."""
-
-    __slots__ = ("default", "env")
-
-    def __init__(self, env: str, default: Any) -> None:
-        self.env = env
-        self.default = default
-
-    def __repr__(self) -> str:
-        return f"${self.env} or {self.default!r}"
-
-
 TIMEOUT_UNSET: Any = Unset(ENV_TIMEOUT, DEFAULT_TIMEOUT)
 IDLE_TIMEOUT_UNSET: Any = Unset(ENV_IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT)
 CONNECT_TIMEOUT_UNSET: Any = Unset(ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT)
 AS_IDLE: Any = _AsIdle()
-INSTRUMENT_REQUEST_TIMEOUT_UNSET: Any = OptionUnset(ENV_INSTRUMENT_REQUEST_TIMEOUT, None)
-INSTRUMENT_SOCKETS_UNSET: Any = OptionUnset(ENV_INSTRUMENT_SOCKETS, False)
-INSTRUMENT_THREADS_UNSET: Any = OptionUnset(ENV_INSTRUMENT_THREADS, False)
-INSTRUMENT_IDLE_TIMEOUT_UNSET: Any = OptionUnset(ENV_INSTRUMENT_IDLE_TIMEOUT, None)
-INSTRUMENT_FIRST_EVENT_TIMEOUT_UNSET: Any = OptionUnset(ENV_INSTRUMENT_FIRST_EVENT_TIMEOUT, AS_IDLE)
+INSTRUMENT_REQUEST_TIMEOUT_UNSET: Any = Unset(ENV_INSTRUMENT_REQUEST_TIMEOUT, None)
+INSTRUMENT_SOCKETS_UNSET: Any = Unset(ENV_INSTRUMENT_SOCKETS, False)
+INSTRUMENT_THREADS_UNSET: Any = Unset(ENV_INSTRUMENT_THREADS, False)
+INSTRUMENT_IDLE_TIMEOUT_UNSET: Any = Unset(ENV_INSTRUMENT_IDLE_TIMEOUT, None)
+INSTRUMENT_FIRST_EVENT_TIMEOUT_UNSET: Any = Unset(ENV_INSTRUMENT_FIRST_EVENT_TIMEOUT, AS_IDLE)
 
 
 def deprecated(message: str) -> None:
@@ -193,37 +180,25 @@ def first_limit(value: Any, idle: Optional[float], name: str) -> Optional[float]
 
 
 def instrument_seconds(value: Any, name: str) -> Optional[float]:
-    """A limit of ``instrument()`` (``> 0``; ``None``/``inf``: none); ``OptionUnset`` reads its
+    """A limit of ``instrument()`` (``> 0``; ``None``/``inf``: none); ``Unset`` reads its
     environment variable (unset or empty: none)."""
-    if isinstance(value, OptionUnset):
-        raw = os.environ.get(value.env, "").strip()
-        if not raw:
-            return None
-        seconds = env_seconds(value.env, 0.0)
-        if seconds <= 0:
-            raise ValueError(
-                f"environment variable {value.env}={os.environ.get(value.env)!r} must be more "
-                "than 0 seconds; fix or unset it"
-            )
-        return seconds
-    return validate_duration(value, name, allow_zero=False)
+    if isinstance(value, Unset) and not os.environ.get(value.env, "").strip():
+        return None
+    return budget_limit(value, name)
 
 
 def instrument_idle(value: Any, name: str) -> Any:
     """An idle limit of ``instrument()``: seconds, or ``None`` when off (``None``, ``inf``,
-    ``<= 0``); ``OptionUnset`` reads its environment variable (unset or empty: its default,
+    ``<= 0``); ``Unset`` reads its environment variable (unset or empty: its default,
     which may be ``AS_IDLE``; ``0``: off)."""
-    if isinstance(value, OptionUnset):
-        if not os.environ.get(value.env, "").strip():
-            return value.default
-        seconds = env_seconds(value.env, 0.0)
-        return seconds if seconds > 0 else None
-    return idle_limit(value, name)
+    if isinstance(value, Unset) and not os.environ.get(value.env, "").strip():
+        return value.default
+    return idle_setting(value, name)
 
 
 def instrument_flag(value: Any, name: str) -> bool:
-    """An on/off option of ``instrument()``; ``OptionUnset`` reads its environment variable."""
-    if isinstance(value, OptionUnset):
+    """An on/off option of ``instrument()``; ``Unset`` reads its environment variable."""
+    if isinstance(value, Unset):
         return env_flag(value.env, bool(value.default))
     if not isinstance(value, bool):
         raise TypeError(f"instrument({name}=...) takes True or False, not {value!r}")
