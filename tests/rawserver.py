@@ -126,6 +126,12 @@ class RawServer:
         self._listener.close()
 
 
+def silent(conn: socket.socket, stop: threading.Event) -> None:
+    """A handler that reads the request and never answers (until the server stops)."""
+    read_request_head(conn)
+    stop.wait(30)
+
+
 def send_sse_head(
     conn: socket.socket, framing: str = "chunked", status: str = "200 OK", *, close: bool = False
 ) -> None:

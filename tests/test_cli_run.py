@@ -17,7 +17,7 @@ import watchdog_sync as ws
 from watchdog_sync.cli import main
 from watchdog_sync.testing import FaultGateway
 
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, silent
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -51,11 +51,6 @@ try:
 except Exception as exc:
     print(type(exc).__name__, getattr(exc, "reason", ""), "%.2f" % (time.monotonic() - started))
 """
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    read_request_head(conn)
-    stop.wait(30)
 
 
 def quiet(conn: socket.socket, stop: threading.Event) -> None:

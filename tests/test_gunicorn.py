@@ -8,8 +8,6 @@ blocked on a silent dependency answers 504 first, and the same worker lives on.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
@@ -19,18 +17,13 @@ import watchdog_sync as ws
 from watchdog_sync.wsgi import DeadlineMiddleware
 
 from . import wsgi_apps
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, silent
 from .wsgiservers import gunicorn_server, wsgiref_server
 
 pytestmark = pytest.mark.timeout(60)
 
 WORKER_TIMEOUT = 3
 MAX_TIMEOUT = 2.0
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    read_request_head(conn)
-    stop.wait(20)
 
 
 def test_a_sync_worker_answers_504_before_its_timeout_and_survives() -> None:

@@ -22,7 +22,7 @@ from watchdog_sync import Session
 from watchdog_sync.testing import FaultGateway
 
 from .internals import clip_timeout
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, read_request_head, silent
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -37,12 +37,6 @@ def slow_drip(conn: socket.socket, stop: threading.Event) -> None:
         conn.sendall(b"x")
         if stop.wait(0.2):
             return
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    """Read the request, never answer."""
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def answer_ok_keepalive(conn: socket.socket, stop: threading.Event) -> None:

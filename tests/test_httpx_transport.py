@@ -16,7 +16,7 @@ import pytest
 
 import watchdog_sync as ws
 
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, read_request_head, silent
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -33,12 +33,6 @@ def slow_drip(conn: socket.socket, stop: threading.Event) -> None:
         conn.sendall(b"x")
         if stop.wait(0.1):
             return
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    """Read the request, never answer."""
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def stall_in_body(conn: socket.socket, stop: threading.Event) -> None:

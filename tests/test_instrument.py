@@ -24,6 +24,7 @@ from .rawserver import (
     read_request_head,
     send_body_piece,
     send_sse_head,
+    silent,
     wait_for_disconnect,
 )
 
@@ -36,12 +37,6 @@ PATCHED_CLASSES = (
     urllib3_connection.HTTPSConnection,
     urllib3_response.HTTPResponse,
 )
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    """Read the request, never answer."""
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def answer_ok_keepalive(conn: socket.socket, stop: threading.Event) -> None:

@@ -18,7 +18,7 @@ import watchdog_sync as ws
 from watchdog_sync.testing import READER_THREAD_NAME, FaultGateway
 
 from .internals import httpx_patches
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, read_request_head, silent
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,11 +42,6 @@ def instrumented() -> Iterator[None]:
 def gateway() -> Iterator[FaultGateway]:
     with FaultGateway() as gw:
         yield gw
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def answer_after_a_while(conn: socket.socket, stop: threading.Event) -> None:

@@ -17,7 +17,7 @@ import urllib3
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
-from .rawserver import RawServer, read_request_head, send_body_piece, send_sse_head
+from .rawserver import RawServer, read_request_head, send_body_piece, send_sse_head, silent
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,11 +34,6 @@ def limited() -> Iterator[None]:
         yield
     finally:
         undo()
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def drip_body(conn: socket.socket, stop: threading.Event) -> None:

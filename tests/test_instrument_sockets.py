@@ -16,7 +16,7 @@ import trustme
 
 import watchdog_sync as ws
 
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, read_request_head, silent
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -31,11 +31,6 @@ def bound_sockets() -> Iterator[None]:
         yield
     finally:
         undo()
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def quiet(conn: socket.socket, stop: threading.Event) -> None:

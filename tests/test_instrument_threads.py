@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +12,7 @@ import requests
 
 import watchdog_sync as ws
 
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, silent
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,11 +26,6 @@ def carried() -> Iterator[None]:
         yield
     finally:
         undo()
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def _deadline_of_thread(start: Any) -> Optional[float]:

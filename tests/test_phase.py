@@ -12,18 +12,12 @@ import requests
 import watchdog_sync as ws
 from watchdog_sync.testing import FakeClock, FaultGateway
 
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, silent
 
 pytestmark = pytest.mark.timeout(30)
 
 LIMIT = 0.5
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    """Read the request, never answer."""
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def deaf(conn: socket.socket, stop: threading.Event) -> None:

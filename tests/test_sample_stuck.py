@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 
@@ -12,15 +11,9 @@ import requests
 
 from watchdog_sync import DeadlineExceeded, abandoned_workers, run_sample
 
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, silent
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    """Read the request, never answer (until the server stops)."""
-    read_request_head(conn)
-    stop.wait(10)
 
 
 def plain_requests_get(url: str) -> int:

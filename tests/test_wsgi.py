@@ -12,8 +12,6 @@ import contextlib
 import json
 import logging
 import pathlib
-import socket
-import threading
 import time
 from typing import Any, Dict, Iterator, List, Set
 
@@ -24,16 +22,10 @@ import watchdog_sync as ws
 from watchdog_sync.wsgi import DeadlineMiddleware
 
 from . import wsgi_apps
-from .rawserver import RawServer, read_request_head
+from .rawserver import RawServer, silent
 from .wsgiservers import wsgiref_server
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def silent(conn: socket.socket, stop: threading.Event) -> None:
-    """Read the request, then say nothing until the test stops the server."""
-    read_request_head(conn)
-    stop.wait(20)
 
 
 def middleware(**kwargs: Any) -> DeadlineMiddleware:
