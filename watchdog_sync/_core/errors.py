@@ -44,6 +44,7 @@ __all__ = [
     "TransportError",
     "WatchdogError",
     "with_fields",
+    "checked_phase",
 ]
 
 E = TypeVar("E", bound="WatchdogError")
@@ -53,7 +54,8 @@ PHASES = ("resolve", "connect", "tls", "send", "head", "body", "backoff", "wait"
 nothing inside was interrupted."""
 
 
-def _checked_phase(phase: Optional[str]) -> Optional[str]:
+def checked_phase(phase: Optional[str]) -> Optional[str]:
+    """``phase`` when it is None or one of :data:`PHASES`; else ``ValueError``."""
     if phase is not None and phase not in PHASES:
         raise ValueError(f"phase must be None or one of {', '.join(PHASES)}; got {phase!r}")
     return phase
@@ -83,7 +85,7 @@ class Cancelled(BaseException):
         super().__init__(budget, reason)
         self.budget = budget
         self.reason = reason
-        self.phase = _checked_phase(phase)
+        self.phase = checked_phase(phase)
         self.progress = progress
 
     def __str__(self) -> str:
@@ -201,7 +203,7 @@ class DeadlineExceeded(WatchdogError, TimeoutError):
         super().__init__(message, **fields)
         self.attempts = attempts
         self.last_error = last_error
-        self.phase = _checked_phase(phase)
+        self.phase = checked_phase(phase)
 
 
 class OperationTimeout(WatchdogError, TimeoutError):
@@ -216,7 +218,7 @@ class OperationTimeout(WatchdogError, TimeoutError):
 
     def __init__(self, message: str, *, phase: Optional[str] = None, **fields: Any) -> None:
         super().__init__(message, **fields)
-        self.phase = _checked_phase(phase)
+        self.phase = checked_phase(phase)
 
 
 class StreamIdleTimeout(OperationTimeout):

@@ -40,7 +40,7 @@ from urllib3.exceptions import ReadTimeoutError
 
 from .._core.budget import Budget
 from .._core.clock import MONOTONIC
-from .._core.errors import Cancelled, WatchdogError, _checked_phase
+from .._core.errors import Cancelled, WatchdogError, checked_phase
 from .._core.tightest import Tightest
 
 __all__ = [
@@ -148,7 +148,7 @@ class Urllib3RequestTimeout(WatchdogError, ReadTimeoutError):
         url: Optional[str] = None,
     ) -> None:
         WatchdogError.__init__(self, message)
-        self.phase = _checked_phase(phase)
+        self.phase = checked_phase(phase)
         self.pool = pool
         self.url = url
 
@@ -170,7 +170,7 @@ class RequestsRequestTimeout(WatchdogError, ReadTimeout):
 
     def __init__(self, message: str, *, phase: Optional[str] = None, request: Any = None) -> None:
         WatchdogError.__init__(self, message)
-        self.phase = _checked_phase(phase)
+        self.phase = checked_phase(phase)
         self.request = request
         self.response = None
 

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
-__all__ = ["BOUND", "HTTPXTransport"]
+__all__ = ["BOUND", "HTTPXTransport", "may_send_again", "report_resend"]
 
 _log = logging.getLogger("watchdog_sync")
 _MAX_SENDS = 3  # a stream silent before its first event is sent at most twice more
@@ -272,20 +272,20 @@ class HTTPXTransport(_Base):
                 budget.check()  # past it, whatever it returned: nothing was interrupted
             if response is None:
                 head.check()  # the budget's end caused it: say so, and where
-                if replayable and _may_resend(send, budget):
-                    _resent(send, "no response headers", budget)
+                if replayable and may_send_again(send, budget):
+                    report_resend(send, "no response headers", budget)
                     continue
                 raise self._first_event_error(send, time.monotonic() - started, head.progress.phase)
             live["read"] = timeouts.get("read")  # body reads: the caller's read timeout
             if not _is_event_stream(response):
                 return self._bounded(response, budget, owner, release)
-            may_resend = replayable and _may_resend(send, budget)
+            may_resend = replayable and may_send_again(send, budget)
             try:
                 return self._guarded(
                     response, request, budget, owner, release, started, send, may_resend
                 )
             except StreamIdleTimeout:  # raised only when it may be sent again
-                _resent(send, "no first event", budget)
+                report_resend(send, "no first event", budget)
 
     def _first_event_error(self, sends: int, lifetime: float, at: Any) -> StreamIdleTimeout:
         assert self._limits.first is not None
@@ -404,7 +404,7 @@ def _shorter(limit: Optional[float], read: Optional[float]) -> bool:
     return limit is not None and (read is None or limit < read)
 
 
-def _may_resend(send: int, budget: Budget) -> bool:
+def may_send_again(send: int, budget: Budget) -> bool:
     """Only outside a retry owner: inside a ``retry_call`` attempt the owner decides."""
     return send < _MAX_SENDS and budget.remaining() > 0 and not in_retry_attempt()
 
@@ -426,7 +426,8 @@ def _close_quietly(response: Any) -> None:
         _log.debug("watchdog_sync: closing a response that came too late raised", exc_info=True)
 
 
-def _resent(send: int, why: str, budget: Budget) -> None:
+def report_resend(send: int, why: str, budget: Budget) -> None:
+    """Log and emit (``attempt_failed``) that send ``send`` is sent again, and ``why``."""
     _log.info("watchdog_sync: %s before the first event; sending the request again", why)
     _events.emit(
         _events.Event(

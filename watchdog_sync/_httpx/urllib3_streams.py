@@ -40,7 +40,7 @@ from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .._stream.wire import EventWatch
 from .body import EventBody, Shutter
 from .sse import first_events, threaded_events
-from .transport import _may_resend, _resent
+from .transport import may_send_again, report_resend
 
 __all__ = ["watch_stream"]
 
@@ -64,14 +64,14 @@ def watch_stream(send: Callable[[], Any], body: Any, headers: Any, url: str) -> 
             response = send()
             if not (_is_event_stream(response) and isinstance(response._fp, HTTPResponse)):
                 return response
-            may_resend = replayable and _may_resend(sends, budget)
+            may_resend = replayable and may_send_again(sends, budget)
             try:
                 watch = EventWatch(request_secrets(headers, url, proxy_urls()))
                 return _guarded(
                     response, limits, watch, budget, owner, release, started, sends, may_resend
                 )
             except StreamIdleTimeout:  # raised only when it may be sent again
-                _resent(sends, "no first event", budget)
+                report_resend(sends, "no first event", budget)
 
 
 def _guarded(
