@@ -9,8 +9,9 @@ events are in no known format (no ``choices``), so a stream ends as the server e
 it. For each N a fresh client process opens N streams at once from a thread pool
 over one client (``Limits`` sized for N), once with ``httpx2.Client()`` and once with
 ``watchdog_sync.httpx_client()`` (inside ``deadline()``), and reports events/s, CPU
-per event, event latency (median, and the median of each stream's p99) and the
-threads added beyond the pool's. It checks that httpx_client() adds at most 5
+per event, event latency (median, and the median of each stream's p99), the
+threads added beyond the pool's, and when the last stream's request reached the server
+("last open", as in ``scale.py``). It checks that httpx_client() adds at most 5
 threads (the shared watchdog thread; code before issue 36 also had its shared reader). Loopback only; every
 run has a time limit.
 """
@@ -24,7 +25,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from _scale_server import EventServer, cpu_seconds, percentile, raise_nofile, run_worker, serving
 
@@ -38,7 +39,10 @@ def _event_chunk(index: int) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
-def _read(client: Any, url: str) -> List[float]:
+def _read(client: Any, url: str) -> Tuple[float, List[float]]:
+    """When the server sent the stream's first event (when its request reached the server),
+    and each event's latency."""
+    sent: List[float] = []
     lags: List[float] = []
     rest = b""
     with client.stream("POST", url, json={"stream": True}) as response:
@@ -46,8 +50,9 @@ def _read(client: Any, url: str) -> List[float]:
             now = time.monotonic()
             *events, rest = (rest + piece).split(b"\n\n")
             for event in events:  # b'data: {"t":<seconds>,"i":...'
-                lags.append(now - float(event[11 : event.index(b",")]))
-    return lags
+                sent.append(float(event[11 : event.index(b",")]))
+                lags.append(now - sent[-1])
+    return sent[0], lags
 
 
 def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
@@ -63,7 +68,7 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
         client = ws.httpx_client(idle_timeout=60, limits=limits, timeout=60)
     start = threading.Barrier(streams + 1)
 
-    def task() -> List[float]:
+    def task() -> Tuple[float, List[float]]:
         start.wait(60)
         if impl == "plain":
             return _read(client, url)
@@ -84,12 +89,14 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
         watcher.start()
         start.wait(60)
         started = time.perf_counter()
+        opened = time.monotonic()
         cpu_before = cpu_seconds()
-        results = [future.result(timeout=_WORKER_SECONDS) for future in futures]
+        streams_done = [future.result(timeout=_WORKER_SECONDS) for future in futures]
         elapsed = time.perf_counter() - started
         cpu = cpu_seconds() - cpu_before
         done.set()
         watcher.join(5)
+    results = [lags for _, lags in streams_done]
     lags = sorted(lag for lags in results for lag in lags)
     stream_p99 = sorted(percentile(sorted(r), 0.99) for r in results if r)
     return {
@@ -99,6 +106,7 @@ def _worker(impl: str, streams: int, url: str) -> Dict[str, Any]:
         "p50_ms": percentile(lags, 0.5) * 1000,
         "stream_p99_ms": percentile(stream_p99, 0.5) * 1000,
         "threads_added": peak[0] - baseline,
+        "last_open": max(first for first, _ in streams_done) - opened,
     }
 
 
@@ -122,9 +130,9 @@ def main() -> None:
     print()
     print(
         "| N | client | events/s | CPU µs/event | latency p50 (ms) | per-stream p99 (ms) "
-        "| threads added |"
+        "| threads added | last open (s) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     failed = False
     with serving(
         lambda sock: EventServer(sock, args.events, args.gap, _event_chunk), max(counts)
@@ -149,7 +157,7 @@ def main() -> None:
                 print(
                     f"| {streams} | {name} | {median('rate'):,.0f} "
                     f"| {median('cpu_us_per_event'):.1f} | {median('p50_ms'):.2f} "
-                    f"| {median('stream_p99_ms'):.2f} | +{added} |",
+                    f"| {median('stream_p99_ms'):.2f} | +{added} | {median('last_open'):.2f} |",
                     flush=True,
                 )
                 failed = failed or (impl == "httpx_client" and added > _THREADS_ADDED)

@@ -10,7 +10,9 @@ server's ``time.monotonic()`` at sending (both processes read the same
 CLOCK_MONOTONIC on Linux). For each N, a fresh client process opens N streams at
 once from a thread pool, once with ``stream_sse`` and once with plain
 ``requests`` + sseclient-py, and reports total events/s, event latency (arrival
-minus send time: median, and each stream's p99), peak threads, RSS, and (on Linux,
+minus send time: median, and each stream's p99), peak threads, RSS, when the last of the N
+streams opened at once reached the server ("last open": the total events/s counts from the
+start, so it falls as the last open comes later), and (on Linux,
 from the per-thread counters) the CPU of the callers' own threads beside the rest of
 the process and how often a caller's thread went to sleep per event. It
 checks that the guarded streams add at most 5 threads (the shared watchdog thread;
@@ -90,26 +92,35 @@ def _send_time(data: str) -> float:
     return float(data[5 : data.index(",")])  # data is '{"t":<seconds>,"i":...'
 
 
-def _plain(url: str) -> List[float]:
+# One stream's events: when the server sent its first (on this process's clock: the time
+# its request reached the server), and each event's latency.
+Stream = Tuple[float, List[float]]
+
+
+def _plain(url: str) -> Stream:
     import requests
     import sseclient
 
+    sent: List[float] = []
     lags: List[float] = []
     with requests.post(url, json={}, stream=True, timeout=(10, _STREAM_IDLE)) as response:
         for event in sseclient.SSEClient(response).events():
-            lags.append(time.monotonic() - _send_time(event.data))
-    return lags
+            sent.append(_send_time(event.data))
+            lags.append(time.monotonic() - sent[-1])
+    return sent[0], lags
 
 
-def _guarded(url: str) -> List[float]:
+def _guarded(url: str) -> Stream:
     """Under a deadline, as a chat call runs: the shared watchdog thread serves every stream."""
     from watchdog_sync import deadline, stream_sse
 
+    sent: List[float] = []
     lags: List[float] = []
     with deadline(_WORKER_SECONDS):
         for event in stream_sse(url, json={}, idle_timeout=_STREAM_IDLE):
-            lags.append(time.monotonic() - _send_time(event.data))
-    return lags
+            sent.append(_send_time(event.data))
+            lags.append(time.monotonic() - sent[-1])
+    return sent[0], lags
 
 
 class _Monitor(Sampler):
@@ -162,7 +173,7 @@ class _Live:
         self.now = 0
         self.peak = 0
 
-    def run(self, fn: Callable[[str], List[float]], url: str) -> List[float]:
+    def run(self, fn: Callable[[str], Stream], url: str) -> Stream:
         with self._lock:
             self.now += 1
             self.peak = max(self.peak, self.now)
@@ -176,7 +187,7 @@ class _Live:
 def _worker(impl: str, streams: int, url: str, trickle: int, every: float) -> Dict[str, Any]:
     """``streams`` opened at once; then, with ``trickle``, one more every ``every`` seconds."""
     raise_nofile((streams + trickle) * 2 + 256)
-    fn: Callable[[str], List[float]] = _guarded if impl == "guarded" else _plain
+    fn: Callable[[str], Stream] = _guarded if impl == "guarded" else _plain
     import requests  # noqa: F401  (imports before the baseline, for both implementations)
     import sseclient  # noqa: F401
 
@@ -185,7 +196,7 @@ def _worker(impl: str, streams: int, url: str, trickle: int, every: float) -> Di
     live = _Live()
     start = threading.Barrier(streams + 1)
 
-    def task() -> List[float]:
+    def task() -> Stream:
         start.wait(60)
         return live.run(fn, url)
 
@@ -196,20 +207,22 @@ def _worker(impl: str, streams: int, url: str, trickle: int, every: float) -> Di
             callers_before = _caller_threads()
             start.wait(60)
             started = time.perf_counter()
+            opened = time.monotonic()
             cpu_before = cpu_seconds()
             for n in range(trickle):  # opens that come one at a time, beside the open streams
                 time.sleep(max(0.0, started + (n + 1) * every - time.perf_counter()))
                 futures.append(pool.submit(live.run, fn, url))
-            results: List[List[float]] = []
+            streams_done: List[Stream] = []
             errors: List[str] = []
             for future in futures:
                 try:
-                    results.append(future.result(timeout=_WORKER_SECONDS))
+                    streams_done.append(future.result(timeout=_WORKER_SECONDS))
                 except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
             elapsed = time.perf_counter() - started
             cpu = cpu_seconds() - cpu_before
             callers_after = _caller_threads()
+    results = [lags for _, lags in streams_done]
     all_lags = sorted(lag for lags in results for lag in lags)
     stream_p99 = sorted(percentile(sorted(lags), 0.99) for lags in results if lags)
     return {
@@ -217,6 +230,8 @@ def _worker(impl: str, streams: int, url: str, trickle: int, every: float) -> Di
         "errors": errors,
         "elapsed": elapsed,
         "rate": len(all_lags) / elapsed,
+        # The last of the streams opened at once to reach the server (trickled ones aside).
+        "last_open": max(first for first, _ in streams_done[:streams]) - opened,
         "cpu_us_per_event": cpu / max(1, len(all_lags)) * 1e6,
         # The callers' own threads, and everything else (watchdog, monitor):
         "caller_cpu_us_per_event": (callers_after[0] - callers_before[0])
@@ -252,7 +267,8 @@ def _row(streams: int, impl: str, runs: List[Dict[str, Any]]) -> str:
         f"{_median(runs, 'stream_p99_worst') * 1000:.2f} "
         f"| {_median(runs, 'peak_live'):.0f} | {max(r['peak_threads'] for r in runs)} "
         f"| {_median(runs, 'rss_peak_mib'):.1f} "
-        f"(+{_median(runs, 'rss_peak_mib') - _median(runs, 'rss_before_mib'):.1f}) |"
+        f"(+{_median(runs, 'rss_peak_mib') - _median(runs, 'rss_before_mib'):.1f}) "
+        f"| {_median(runs, 'last_open'):.2f} |"
     )
 
 
@@ -338,9 +354,9 @@ def main() -> None:
     print()
     print(
         "| N | client | events/s | CPU µs/event | latency p50 (ms) | per-stream p99 (ms): median / worst "
-        "| streams open at once | peak threads | RSS peak MiB (+ during load) |"
+        "| streams open at once | peak threads | RSS peak MiB (+ during load) | last open (s) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     print()
     print(
