@@ -20,10 +20,12 @@ import gc
 import inspect
 import socket
 import statistics
+import threading
 import time
 from typing import Iterable, Iterator, List, Tuple
 
 from watchdog_sync import StreamIdleTimeout, guard_stream
+from watchdog_sync.testing import READER_THREAD_NAME
 
 DEFAULT_MAX_BUFFERED: int = inspect.signature(guard_stream).parameters["max_buffered"].default
 
@@ -109,8 +111,8 @@ def one_stall(idle: float) -> Tuple[float, float]:
             fired = time.perf_counter()
         else:
             raise AssertionError("the stall did not time out")
-        reader = stream._channel._thread
-        assert reader is not None
+        # This stream's reader thread: the one reader alive (a stall at a time).
+        (reader,) = [t for t in threading.enumerate() if t.name == READER_THREAD_NAME]
         reader.join(5)
         exited = time.perf_counter()
         assert not reader.is_alive()
