@@ -104,6 +104,8 @@ def one_stall(idle: float) -> Tuple[float, float]:
             chunks(), idle_timeout=idle, on_timeout=lambda: sock.shutdown(socket.SHUT_RDWR)
         )
         next(stream)
+        # This stream's reader thread: the one reader alive (a stall at a time).
+        (reader,) = [t for t in threading.enumerate() if t.name == READER_THREAD_NAME]
         waiting_from = time.perf_counter()
         try:
             next(stream)
@@ -111,8 +113,6 @@ def one_stall(idle: float) -> Tuple[float, float]:
             fired = time.perf_counter()
         else:
             raise AssertionError("the stall did not time out")
-        # This stream's reader thread: the one reader alive (a stall at a time).
-        (reader,) = [t for t in threading.enumerate() if t.name == READER_THREAD_NAME]
         reader.join(5)
         exited = time.perf_counter()
         assert not reader.is_alive()
