@@ -124,9 +124,8 @@ class BodyFeed(Generic[T]):
         events, failure = self._pass_on(payload)
         items = self._parse(events) if events else []
         if failure is not None:
-            if items:  # the events before it go first
-                assert self._feed is not None
-                self._feed.offer(items)
+            assert self._feed is not None
+            self._feed.offer(items)  # the events before it go first
             raise failure
         return items
 
