@@ -1,10 +1,10 @@
-"""stream_sse's request and body: the opener of a socket feed.
+"""stream_sse's request and body: the opener of a socket feed, and its body's framing.
 
-The request runs in the consumer's thread at its first ``next()`` (bounded by the
-connect limit, the first-event limit and the budget); then the bytes that
-http.client already buffered with the headers are decoded, and the socket is
-read by the one body reader (:class:`~.pipeline.BodyFeed`) in the consumer's
-thread.
+The request runs in the consumer's thread at its first ``next()``, bounded by the connect
+limit, the first-event limit (the whole response head included) and the stream's budget,
+whose end (a stop, the deadline) shuts the connection from outside. Then the bytes that
+http.client buffered with the headers are decoded, and the socket is read by the one body
+reader (:class:`~.pipeline.BodyFeed`) in the consumer's thread.
 """
 
 from __future__ import annotations
@@ -108,14 +108,8 @@ def _buffered(raw: http.client.HTTPResponse, opener: Opener) -> Iterator[bytes]:
 
 @dataclass(eq=False, repr=False)
 class Opener:
-    """``stream_sse``'s request, sent by the :class:`~.socket_feed.SocketFeed` in the consumer's
-    thread at its first ``next()``; then the :class:`~.pipeline.Framing` of its body
-    (chunked, sized or close-delimited, decoded by us), which the one body reader reads.
-
-    Bounded by the connect limit, the first-event limit (the whole response head
-    included) and ``abort``, the stream's budget, whose end (a stop, the deadline)
-    shuts the connection from outside.
-    """
+    """``stream_sse``'s request (see the module's docstring; ``abort``: the stream's budget),
+    then the :class:`~.pipeline.Framing` of its body: chunked, sized or close-delimited."""
 
     session: Optional[Session]
     method: str
