@@ -31,17 +31,13 @@ class Framing(Protocol):
         """The body's last byte was parsed: it ended cleanly."""
 
     def payload(self, data: Optional[bytes]) -> bytes:
-        """The body bytes in ``data`` (``None``: what the stack buffered already).
-
-        Raises the stack's error for broken framing.
-        """
+        """The body bytes in ``data`` (``None``: what the stack buffered already); raises the
+        stack's error for broken framing."""
 
     def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
-        """The error the consumer sees for the socket's end (``None``: a clean end).
-
-        ``error`` is the read's or the parse's; ``eof``: the connection ended there. May
-        raise instead (``Cancelled`` when the stream was stopped).
-        """
+        """The error the consumer sees for the socket's end (``None``: a clean end), given the
+        read's or the parse's ``error``; ``eof``: the connection ended there. May raise
+        instead (``Cancelled`` when the stream was stopped)."""
 
     def release(self, clean: bool) -> None:
         """Let the connection go: pooled after a clean end where the stack pools, else closed."""
