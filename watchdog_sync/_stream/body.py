@@ -1,12 +1,9 @@
-"""Raw body reads for event streams: whatever bytes have arrived, as soon as they arrive.
+"""Raw body reads for event streams: the HTTP/1.1 framing, decoded by us.
 
-http.client's ``read1`` returns at most one HTTP chunk per call, so a burst
-of small chunked events costs a read (and a hand-off between threads) per
-event. :func:`body_pieces` reads the socket's buffered reader directly and
-decodes the framing itself with a :class:`FramingDecoder`: one read returns
-every event that has arrived, chunked, sized or close-delimited alike, and
-never waits for more than is there. A socket-backed event stream's body reader
-feeds the same decoder with the bytes of its consumer's reads.
+http.client's ``read1`` returns at most one HTTP chunk per call. A :class:`FramingDecoder`
+decodes the framing (chunked, sized or close-delimited) of whatever bytes one read took,
+so that read yields every event that has arrived and never waits for more: the body
+reader feeds it its consumer's reads, :func:`body_pieces` a response's buffered reader.
 """
 
 from __future__ import annotations
@@ -151,17 +148,13 @@ def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
     """
     fp: Optional[Any] = response.fp
     if fp is None:
-        return iter(())
-    return _pieces(fp, decoder_for(response))
-
-
-def _pieces(fp: Any, decoder: FramingDecoder) -> Iterator[bytes]:
-    feed = decoder.feed
+        return
+    decoder = decoder_for(response)
     while not decoder.done:
         data = fp.read1(decoder.wanted())
         if not data:
             decoder.eof()
             return
-        piece = feed(data)
+        piece = decoder.feed(data)
         if piece:
             yield piece

@@ -1,15 +1,11 @@
 """A compressed event stream, decoded as it arrives, so the stream rules read its events.
 
-An event stream sent with a ``Content-Encoding`` (``gzip``, ``x-gzip``,
-``deflate``, or several of them: the codings
-:class:`~.._http.decode.BodyDecoder` undoes) is decoded one piece at a time, each
-at most 64 KiB and decoded only when the one before was framed, so the framer
-sees the events the server meant and its cap bounds memory whatever the ratio:
-a 1 MiB event sent as a few KiB of gzip is ``event_too_large`` under a 64 KiB
-cap, and compressed comments never restart the idle clock. Any other coding
-(``br``, ``zstd``, ``compress``) is refused with
-``StreamProtocolError('unexpected_content_encoding')``; a body that is not what
-its coding says is ``StreamProtocolError('malformed_event')``.
+A body sent with the codings :class:`~.._http.decode.BodyDecoder` undoes (``gzip``,
+``x-gzip``, ``deflate``, or several) is decoded one piece at a time, each at most 64 KiB
+and decoded only when the one before was framed: the framer's cap bounds memory whatever
+the ratio, and compressed comments never restart the idle clock. Any other coding is
+refused with ``StreamProtocolError('unexpected_content_encoding')``; a body that is not
+what its coding says is ``StreamProtocolError('malformed_event')``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""The bytes sseclient-py reads: complete events only, size-bounded, BOM-stripped.
+"""The bytes the SSE parser reads: complete events only, size-bounded, BOM-stripped.
 
-sseclient-py parses, but its own buffer is unbounded (and grows quadratically
-on a long line), a leading BOM makes it drop the first event, and at EOF it
-dispatches a half-received event. :class:`EventFramer` sits in front of it:
-it splits the raw byte stream into complete events (each ending in a blank
-line, line endings normalised to ``\\n``), refuses any event larger than
-``max_event_bytes`` before buffering more, strips a leading UTF-8 BOM, and at
-EOF reports a truncated last event instead of passing it on.
-
-Whatever the read boundaries, the events completed before a too-large one are
-delivered first: when they share a read with it, :meth:`EventFramer.feed`
-returns them and :meth:`EventFramer.check` raises the error right after.
+:class:`EventFramer` splits the raw byte stream into complete events (each ending in a
+blank line, line endings normalised to ``\\n``), refuses an event larger than
+``max_event_bytes`` before buffering more, strips a leading UTF-8 BOM, and at EOF reports a
+truncated last event instead of passing it on: sseclient-py's own buffer is unbounded, drops
+the first event after a BOM and dispatches a half event at EOF.
 """
 
 from __future__ import annotations
@@ -40,11 +34,6 @@ class EventFramer:
         self._at_start = True
         self._failure: Optional[StreamProtocolError] = None
 
-    @property
-    def limit(self) -> int:
-        """The largest event accepted, in bytes."""
-        return self._max
-
     def feed(self, chunk: bytes) -> List[bytes]:
         """Add raw bytes; return the events they complete (each ends with ``b"\\n\\n"``).
 
@@ -55,8 +44,7 @@ class EventFramer:
                 past ``max_event_bytes`` and no event completed before it in this
                 chunk (else those events are returned and :meth:`check` raises).
         """
-        if self._failure is not None:
-            raise self._failure
+        self.check()
         if (
             not self._buffer
             and not self._skip_lf

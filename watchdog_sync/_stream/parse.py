@@ -1,10 +1,8 @@
 """sseclient-py's field semantics, in time linear in the bytes.
 
-sseclient-py parses an event by joining each ``data:`` line onto the event's
-text (``+=``): quadratic in the line count, so one 8 MiB event of a million
-short lines held its reader for most of a minute. :func:`parse_events`
-gives the same ``sseclient.Event`` objects (same fields, same UTF-8 error) from
-events the framer already split and bounded, assembling the data with one join:
+sseclient-py joins each ``data:`` line onto the event's text (``+=``), quadratic in the
+line count. :func:`parse_events` makes the same ``sseclient.Event`` objects (same fields,
+same UTF-8 error) from events the framer already split and bounded, with one join:
 
 - a line that is blank or starts with ``:`` is skipped; ``field:value`` drops
   one leading space of the value; a line without a colon is a field with an
@@ -13,10 +11,6 @@ events the framer already split and bounded, assembling the data with one join:
   dispatched; an empty event name is ``message``;
 - invalid UTF-8 anywhere in the event raises the ``UnicodeDecodeError`` that
   sseclient-py raises for that line.
-
-No Python loop runs over an event's lines: its fields are found by regular
-expressions, and an event of one ``data:`` line (what chat APIs send) is made
-directly.
 """
 
 from __future__ import annotations
@@ -35,8 +29,8 @@ _DATA_LINE = re.compile(r"^data(?:: ?(.*))?$", re.MULTILINE)
 def parse_events(framed: List[bytes]) -> List[sseclient.Event]:
     """The dispatched ``sseclient.Event`` of each framed event, in order.
 
-    Each item ends with ``b"\\n\\n"`` and may hold several whole events (held-back
-    ones in front of a data event), its line endings made ``b"\\n"`` by the framer.
+    Each item ends with ``b"\\n\\n"`` and may hold several whole events, its line endings
+    made ``b"\\n"`` by the framer.
 
     Raises:
         UnicodeDecodeError: an event is not valid UTF-8.
@@ -64,19 +58,13 @@ def _parse_one(raw: bytes) -> Optional[sseclient.Event]:
         for line in raw.split(b"\n"):
             line.decode("utf-8")  # raises sseclient-py's error, for the line it fails on
         raise
-    data = _data_of(text)
-    if data is None:
+    values = _DATA_LINE.findall(text)  # each without "data:" and one space after it
+    if not values:
         return None
     event = sseclient.Event()
-    event.data = data
+    event.data = "\n".join(values)
     if "\nevent" in text or "\nid" in text or "\nretry" in text or not text.startswith("data"):
         for match in _OTHER_FIELDS.finditer(text):
             setattr(event, match.group(1), match.group(2) or "")
     event.event = event.event or "message"
     return event
-
-
-def _data_of(text: str) -> Optional[str]:
-    """The event's data lines joined with ``\\n``; ``None`` when it has none."""
-    values = _DATA_LINE.findall(text)  # each without "data:" and one space after it
-    return "\n".join(values) if values else None

@@ -3,12 +3,9 @@
 Every socket-backed event stream (``stream_sse`` and ``ChatClient`` over http.client, the
 httpx transport's HTTP/1.1 streams over h11) is read by one :class:`BodyFeed`, in its
 consumer's thread, one read at a time (:class:`~.socket_feed.SocketFeed` asks). Each read:
-the body's :class:`Framing` makes payload bytes, the :class:`~.framing.EventFramer` splits
-and bounds the events, the stream rules' :class:`~.wire.Gate` reads each
-of them, ``parse``
-makes the items. Only the :class:`Framing` differs between the two HTTP stacks. A stream's
-bytes cost only its own consumer, linearly; a flood of comments meets its own first-event
-and idle limits (the bytes that came with the headers included: one read's worth at most).
+the body's :class:`Framing` makes payload bytes, the stream rules' :class:`~.wire.Gate`
+frames, bounds and reads the events, ``parse`` makes the items. Only the :class:`Framing`
+differs between the two HTTP stacks.
 """
 
 from __future__ import annotations
@@ -34,17 +31,13 @@ class Framing(Protocol):
         """The body's last byte was parsed: it ended cleanly."""
 
     def payload(self, data: Optional[bytes]) -> bytes:
-        """The body bytes in ``data`` (``None``: what the stack buffered already).
-
-        Raises the stack's error for broken framing.
-        """
+        """The body bytes in ``data`` (``None``: what the stack buffered already); raises the
+        stack's error for broken framing."""
 
     def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
-        """The error the consumer sees for the socket's end (``None``: a clean end).
-
-        ``error`` is the read's or the parse's; ``eof``: the connection ended there. May
-        raise instead (``Cancelled`` when the stream was stopped).
-        """
+        """The error the consumer sees for the socket's end (``None``: a clean end), given the
+        read's or the parse's ``error``; ``eof``: the connection ended there. May raise
+        instead (``Cancelled`` when the stream was stopped)."""
 
     def release(self, clean: bool) -> None:
         """Let the connection go: pooled after a clean end where the stack pools, else closed."""
@@ -67,7 +60,6 @@ class BodyFeed(Generic[T]):
     ) -> None:
         self._sock = sock
         self._framing = framing
-        # Bound once: each read calls them in turn.
         self._payload = framing.payload
         self._pass_on = Gate(framer, active).pass_on
         self._parse = parse
@@ -100,17 +92,15 @@ class BodyFeed(Generic[T]):
         here when the socket does (its items offered first)."""
         try:
             data = self._socket_read.read(timeout)
-            if data is None:
-                return []
         except OSError as exc:
             self.end(exc, False)
             return []
         if not data:
-            self.end(None, True)
+            if data is not None:  # b"": the socket's end
+                self.end(None, True)
             return []
         try:
-            # Not checked for a stop first: the feed looks at that before it delivers.
-            items = self._items(data)
+            items = self._items(data)  # a stop is the feed's to check, before it delivers
         except (Exception, Cancelled) as exc:  # decoding, framing: its error
             self.end(exc, False)
             return []
@@ -130,9 +120,8 @@ class BodyFeed(Generic[T]):
         events, failure = self._pass_on(payload)
         items = self._parse(events) if events else []
         if failure is not None:
-            if items:  # the events before it go first
-                assert self._feed is not None
-                self._feed.offer(items)
+            assert self._feed is not None
+            self._feed.offer(items)  # the events before it go first
             raise failure
         return items
 

@@ -1,19 +1,15 @@
 """Each thread's private Session, for the streams sent without a session of their own.
 
-A stream sent without one (``stream_sse(url)``, as ``requests.post`` makes a session for
-each call) would make a :class:`Session` for its request and close it after: requests'
-session with its two default adapters, our guarded one, a pool manager and a pool for the
-host, made and dropped again at every open. Each thread keeps one instead, held by one open
-stream at a time: a stream sent while another open stream of the same thread holds it makes
-a new one and closes it once its head is in, so a thread that interleaves many streams never
-fills a pool past its size.
+Instead of a :class:`Session` made and closed at each open (as ``requests.post`` does),
+each thread keeps one, held by one open stream at a time: a stream sent while another open
+stream of the same thread holds it makes a new one and closes it once its head is in, so a
+thread that interleaves many streams never fills a pool past its size.
 
-Nothing of one call reaches the next: the cookies are cleared before each request, as a new
-session's jar is empty, and a stream's connection is closed at its end (requests and urllib3
-see none of the body we read), so the pool keeps only closed connections. A redirect's
-connection may go back to the pool open, and a failed request may leave one: then the session
-is closed at the stream's end, as ``requests.post`` closes its own, and the next stream makes
-a new one. A child after ``fork()`` makes its own: a slot serves only the process that made it.
+Nothing of one call reaches the next: the cookies are cleared before each request, and a
+stream's connection is closed at its end, so the pool keeps only closed connections. After
+a redirect (whose connection may go back to the pool open) or a failed request the session
+is closed at the stream's end and the next stream makes a new one. A child after ``fork()``
+makes its own.
 """
 
 from __future__ import annotations

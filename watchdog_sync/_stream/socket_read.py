@@ -1,25 +1,17 @@
 """One read of an event stream's socket in its consumer's thread, waiting at most a given time.
 
-Two ways, by socket:
-
-* A plain TCP socket on Linux: one blocking ``recv()``, with the kernel's receive timeout
-  (``SO_RCVTIMEO``) set short of the wait, then, only if that timed out, a ``poll()`` for
-  the rest. When the event comes first (the common case) the read is one system call,
-  which lets the GIL go once, where ``poll()`` then ``recv()`` let it go twice.
-  ``SO_RCVTIMEO`` runs on the kernel's timer wheel, whose steps grow with the distance:
-  up to an eighth of the wait late, plus a tick, hence a kernel timeout of 7/8 of the
-  wait less :data:`KERNEL_MARGIN`, and the exact ``poll()`` after it. It is set to 3/4 of
-  that and kept while later waits are between it and twice it: a budget's time left
-  shrinks read by read, and setting it anew at each read was a system call per event.
+* A plain TCP socket on Linux: one blocking ``recv()`` under the kernel's receive timeout
+  (``SO_RCVTIMEO``), then, only if that timed out, a ``poll()`` for the rest; when the
+  event comes first the read is one system call, which lets the GIL go once. The kernel's
+  timer runs up to an eighth of the wait late, plus a tick: the kernel timeout is 7/8 of
+  the wait less :data:`KERNEL_MARGIN`, set to 3/4 of that and kept while later waits stay
+  between it and twice it (a budget's time left shrinks read by read).
 * Otherwise (TLS, whose decrypted bytes a kernel timeout cannot see; other systems):
   ``poll()``, then a non-blocking ``recv()``.
 
-A signal whose handler returns, during the kernel's wait, starts that wait again (PEP 475),
-so an idle limit can end up to 7/8 of itself late per signal. A handler that raises ends
-the read at once, and the budget's end still shuts the socket from outside on time.
-
-A socket read this way is blocking while its consumer reads it (:meth:`SocketRead.own`),
-and the pool needs the kernel's timeout gone (:meth:`SocketRead.forget`).
+A signal whose handler returns restarts the kernel's wait (PEP 475), so an idle limit can
+end up to 7/8 of itself late per signal; the budget's end still shuts the socket from
+outside on time.
 """
 
 from __future__ import annotations
@@ -45,16 +37,6 @@ _NONE = math.inf  # the kernel's receive timeout when unset: none
 _KEPT = 0.75  # the share of a read's wait its kernel timeout is set to
 
 
-def _poller(sock: Any) -> Optional[Callable[[Optional[int]], List[Any]]]:
-    """``poll`` of a ``select.poll`` that waits for ``sock`` to be readable (its end or a
-    shutdown from outside included); ``None`` where there is no ``poll`` (``select`` then)."""
-    if sock is None or not hasattr(select, "poll"):
-        return None
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return poller.poll
-
-
 class SocketRead:
     """Reads of one socket by its consumer: :meth:`read` waits at most the time given.
 
@@ -67,7 +49,11 @@ class SocketRead:
         self._sock = sock
         self._tls = isinstance(sock, ssl.SSLSocket)
         self._kernel = _KERNEL_TIMEOUT and type(sock) is socket.socket
-        self._poll = _poller(sock)
+        self._poll: Optional[Callable[[Optional[int]], List[Any]]] = None  # None: select()
+        if sock is not None and hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)  # readable: data, its end, a shutdown
+            self._poll = poller.poll
         self._set = _NONE  # the kernel's receive timeout as last set
 
     def own(self) -> None:
@@ -92,8 +78,6 @@ class SocketRead:
             return self._polled(timeout)
         bulk = _NONE if timeout is None else (timeout - KERNEL_MARGIN) * 0.875
         if not bulk / 2 <= self._set <= bulk:  # a shorter one wakes early, to no harm
-            # Set short of the wait: the next reads' waits, shrinking with the budget's time
-            # left, keep it (one system call less per event) until they fall below it.
             self._set_kernel_timeout(bulk * _KEPT)
         started = time.monotonic()
         try:

@@ -1,17 +1,14 @@
 """stream_sse: Server-Sent Events over a hard-bounded Session, guarded by the idle watchdog.
 
-The request runs in the consumer's thread at its first ``next()``; after the
-headers, the consumer's thread reads the socket itself for the stream's whole
-life, each read bounded by its wait, and decodes, frames and parses the events
-(``sse_feed.py``, ``pipeline.py``): the consumer only receives finished
-``sseclient.Event`` objects. Only events with data count as activity (the
-stream rules, ``wire.py``); SSE comments (``: keep-alive``), data-less events and
-Anthropic's keep-alive do not, so a gateway that only pings still times out.
+The request runs in the consumer's thread at its first ``next()``; then that thread reads
+the socket itself for the stream's whole life (``sse_feed.py``, ``pipeline.py``) and gets
+finished ``sseclient.Event`` objects, read by the stream rules (``wire.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional
 
@@ -62,15 +59,6 @@ class SSEStream:
         self._guarded: Optional[GuardedStream[Any]] = None
         self._mark: Optional[CallMark] = None
 
-    def _attach(self, guarded: GuardedStream[Any]) -> None:
-        self._guarded = guarded
-
-    def _observe(self, mark: CallMark) -> None:
-        """Report this stream's end to ``mark`` (``stream_sse``'s own call, when observed)."""
-        if mark.call_id is not None:
-            self._mark = mark
-            mark.end_when_collected(self)
-
     @property
     def stats(self) -> StreamStats:
         """Items delivered, time to the first one, lifetime and how the stream ended."""
@@ -83,8 +71,6 @@ class SSEStream:
 
     def __next__(self) -> Any:
         assert self._guarded is not None
-        if self._mark is None:
-            return next(self._guarded)
         try:
             return next(self._guarded)
         except StopIteration:
@@ -101,12 +87,10 @@ class SSEStream:
         self._end(None, "closed")
 
     def _end(self, error: Optional[BaseException], how: Optional[str]) -> None:
-        mark = self._mark
-        if mark is None:
+        mark, guarded = self._mark, self._guarded
+        if mark is None or guarded is None:
             return
-        fields: Dict[str, Any] = {"status": self.status}
-        if self._guarded is not None:
-            fields["chunks_received"] = self._guarded.stats.items
+        fields: Dict[str, Any] = {"status": self.status, "chunks_received": guarded.stats.items}
         if how is not None:
             fields["reason"] = how
         mark.end(error, **fields)
@@ -221,12 +205,12 @@ def open_sse(
     observe: bool = False,
 ) -> SSEStream:
     """:func:`stream_sse` below the public edge: its limits resolved (``connect``: seconds,
-    ``None`` for none), with the :class:`Translator` that builds its errors.
+    ``None`` for none).
 
     ``translator`` (default: one that redacts the credential headers) lets a layer
-    above word its status errors and fill its fields into every error built here,
-    so the error is constructed once, complete. ``observe``: the stream is a call of
-    its own for observers (``call_start`` / ``call_end``), as ``stream_sse``'s are.
+    above word its status errors and fill its fields into every error built here.
+    ``observe``: the stream is a call of its own for observers (``call_start`` /
+    ``call_end``), as ``stream_sse``'s are.
     """
     if session is not None and not isinstance(session, Session):
         raise TypeError(
@@ -247,13 +231,6 @@ def open_sse(
         tuple(request_secrets(request_headers, url, proxy_urls(session)))
     )
 
-    # The reader reaches the stream weakly: a stream its consumer dropped (``break``
-    # without close()) is collected, and the guard then shuts the connection.
-    stream_ref = weakref.ref(stream)
-
-    def stop() -> None:  # on_timeout: the budget's end shuts the connection's socket
-        abort.cancel("stream_stopped")
-
     # Made only when somebody observes: an unobserved call would be inert anyway.
     mark = _mark(url, base, limits.idle) if observe and observed() else None
     context = contextlib.nullcontext() if mark is None else event_fields(**mark.fields())
@@ -269,22 +246,25 @@ def open_sse(
                     connect=connect,
                     errors=errors,
                     framer=framer,
-                    stream_ref=stream_ref,
+                    # Weakly: a stream its consumer dropped (``break`` without close())
+                    # is collected, and the guard then shuts the connection.
+                    stream_ref=weakref.ref(stream),
                     abort=abort,
                 ),
                 limits=limits,
                 budgets=budgets_to_watch(budget),
                 explicit=budget,
-                on_timeout=stop,
+                on_timeout=functools.partial(abort.cancel, "stream_stopped"),  # shuts the socket
                 active=is_parsed_activity,
             )
     except BaseException as exc:
         if mark is not None:
             mark.end(exc)
         raise
-    stream._attach(guarded)
-    if mark is not None:
-        stream._observe(mark)
+    stream._guarded = guarded
+    if mark is not None and mark.call_id is not None:  # its end is reported to the observers
+        stream._mark = mark
+        mark.end_when_collected(stream)
     return stream
 
 

@@ -1,10 +1,10 @@
-"""stream_sse's request and body: the opener of a socket feed.
+"""stream_sse's request and body: the opener of a socket feed, and its body's framing.
 
-The request runs in the consumer's thread at its first ``next()`` (bounded by the
-connect limit, the first-event limit and the budget); then the bytes that
-http.client already buffered with the headers are decoded, and the socket is
-read by the one body reader (:class:`~.pipeline.BodyFeed`) in the consumer's
-thread.
+The request runs in the consumer's thread at its first ``next()``, bounded by the connect
+limit, the first-event limit (the whole response head included) and the stream's budget,
+whose end (a stop, the deadline) shuts the connection from outside. Then the bytes that
+http.client buffered with the headers are decoded, and the socket is read by the one body
+reader (:class:`~.pipeline.BodyFeed`) in the consumer's thread.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import http.client
 import io
 import ssl
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 import requests
@@ -37,7 +38,6 @@ from .wire import is_activity
 
 _ERROR_BODY_LIMIT = 4096
 _FIRST_READ = max(READ_SIZE, io.DEFAULT_BUFFER_SIZE)  # http.client's buffer, whole
-_PLAIN = Translator()
 
 __all__ = ["Opener"]
 
@@ -89,59 +89,13 @@ def _http_response(response: requests.Response) -> http.client.HTTPResponse:
     return raw
 
 
-class _HTTPClientFraming:
-    """A body under http.client: chunked, sized or close-delimited, decoded by us."""
-
-    __slots__ = ("_decoder", "_request", "_response")
-
-    def __init__(
-        self, decoder: FramingDecoder, request: Opener, response: requests.Response
-    ) -> None:
-        self._decoder = decoder
-        self._request = request
-        self._response = response
-
-    @property
-    def done(self) -> bool:
-        return self._decoder.done
-
-    def payload(self, data: Optional[bytes]) -> bytes:
-        assert data is not None
-        return self._decoder.feed(data)  # broken framing: an HTTPException, see outcome()
-
-    def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
-        request = self._request
-        if isinstance(
-            error, (OSError, http.client.HTTPException, UnicodeDecodeError)
-        ) and not isinstance(error, WatchdogError):
-            # A foreign read, framing or decoding error (ours, a TransportError, is an
-            # OSError too).
-            request.abort.check()  # our own shutdown caused it: the budget's end, not a reset
-            cause, error = error, request.errors.error(error)
-            error.__cause__ = cause
-        elif error is None:
-            request.abort.check()  # an EOF caused by our own shutdown is not a clean end
-            if eof:
-                try:
-                    self._decoder.eof()
-                except http.client.HTTPException as exc:
-                    return request.errors.error(exc)  # type: ignore[no-any-return]
-            current = request.stream_ref()
-            if current is not None:
-                current.truncated = request.framer.truncated()
-        return error
-
-    def release(self, clean: bool) -> None:
-        self._request.let_go(self._response)  # closes the connection: see Opener.let_go
-
-
-def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Iterator[bytes]:
+def _buffered(raw: http.client.HTTPResponse, opener: Opener) -> Iterator[bytes]:
     """The bytes that arrived with the headers, from http.client's buffer: each read asks
     for at least the buffer's size, so none is left behind in it, and at most one read's
     worth is taken (a flood from the first byte goes on in the consumer's reads, between
     which the first-event limit is checked)."""
     given = 0
-    while not framing.done and given < READ_SIZE:
+    while not opener.done and given < READ_SIZE:
         try:
             data = raw.fp.read1(_FIRST_READ)
         except (BlockingIOError, ssl.SSLWantReadError):
@@ -152,57 +106,27 @@ def _buffered(raw: http.client.HTTPResponse, framing: _HTTPClientFraming) -> Ite
         yield data
 
 
+@dataclass(eq=False, repr=False)
 class Opener:
-    """``stream_sse``'s request, sent by the :class:`~.socket_feed.SocketFeed` in the consumer's
-    thread at its first ``next()``; its body then goes to the one body reader.
+    """``stream_sse``'s request (see the module's docstring; ``abort``: the stream's budget),
+    then the :class:`~.pipeline.Framing` of its body: chunked, sized or close-delimited."""
 
-    Bounded by the connect limit, the first-event limit (the whole response head
-    included) and ``abort``, the stream's budget, whose end (a stop, the deadline)
-    shuts the connection from outside.
-    """
-
-    __slots__ = (
-        "abort",
-        "body",
-        "connect",
-        "errors",
-        "framer",
-        "headers",
-        "method",
-        "release",
-        "session",
-        "stream_ref",
-        "url",
-    )
-
-    def __init__(
-        self,
-        *,
-        session: Optional[Session],
-        method: str,
-        url: str,
-        body: Any,
-        headers: Mapping[str, str],
-        connect: Optional[float],
-        errors: Any,
-        framer: EventFramer,
-        stream_ref: Callable[[], Any],
-        abort: Budget,
-    ) -> None:
-        self.session = session
-        self.method = method
-        self.url = url
-        self.body = body
-        self.headers = headers
-        self.connect = connect
-        self.errors = errors
-        self.framer = framer
-        self.stream_ref = stream_ref
-        self.abort = abort
-        self.release: Optional[Callable[[bool], None]] = None  # a private session's, at the end
+    session: Optional[Session]
+    method: str
+    url: str
+    body: Any
+    headers: Mapping[str, str]
+    connect: Optional[float]
+    errors: Translator
+    framer: EventFramer
+    stream_ref: Callable[[], Any]
+    abort: Budget
+    _session_release: Optional[Callable[[bool], None]] = field(default=None, init=False)
+    _response: Optional[requests.Response] = field(default=None, init=False)
+    _decoder: Optional[FramingDecoder] = field(default=None, init=False)
 
     def __call__(self, feed: SocketFeed[Any]) -> None:
-        response = self._send(feed.first_item_left())
+        response = self._response = self._send(feed.first_item_left())
         current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
@@ -215,11 +139,11 @@ class Opener:
             sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
             if sock is not None:
                 sock.settimeout(0)  # for the buffered bytes; the body reader sets it as it reads
-            framing = _HTTPClientFraming(decoder_for(raw), self, response)
-            body: BodyFeed[Any] = BodyFeed(sock, framing, self.framer, is_activity, parse_events)
-            body.start(feed, _buffered(raw, framing))  # on an error, the body ends itself
+            self._decoder = decoder_for(raw)
+            body: BodyFeed[Any] = BodyFeed(sock, self, self.framer, is_activity, parse_events)
+            body.start(feed, _buffered(raw, self))  # on an error, the body ends itself
         except BaseException:
-            self.let_go(response)
+            self.release(clean=False)
             raise
 
     def _send(self, left: Optional[float]) -> requests.Response:
@@ -230,9 +154,9 @@ class Opener:
         connect = self.connect
         first_cuts_connect = read is not None and (connect is None or read < connect)
         session, own = self.session, False
-        if session is None:  # the thread's, held until the stream's end (let_go)
-            session, self.release = private_session()
-            own = self.release is None  # a new one of its own: closed once the head is in
+        if session is None:  # the thread's, held until the stream's end (release)
+            session, self._session_release = private_session()
+            own = self._session_release is None  # a new one of its own: closed once the head is in
         response = None
         try:
             with (
@@ -263,14 +187,47 @@ class Opener:
             if response is None:  # no response holds the connection: let the session go now
                 self._let_session_go(reusable=False)
 
-    def let_go(self, response: requests.Response) -> None:
+    # -- the body's Framing -------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._decoder is not None and self._decoder.done
+
+    def payload(self, data: Optional[bytes]) -> bytes:
+        assert data is not None and self._decoder is not None
+        return self._decoder.feed(data)  # broken framing: an HTTPException, see outcome()
+
+    def outcome(self, error: Optional[BaseException], eof: bool) -> Optional[BaseException]:
+        if isinstance(
+            error, (OSError, http.client.HTTPException, UnicodeDecodeError)
+        ) and not isinstance(error, WatchdogError):
+            # A foreign read, framing or decoding error (ours, a TransportError, is an
+            # OSError too).
+            self.abort.check()  # our own shutdown caused it: the budget's end, not a reset
+            cause, error = error, self.errors.error(error)
+            error.__cause__ = cause
+        elif error is None:
+            self.abort.check()  # an EOF caused by our own shutdown is not a clean end
+            if eof and self._decoder is not None:
+                try:
+                    self._decoder.eof()
+                except http.client.HTTPException as exc:
+                    return self.errors.error(exc)
+            current = self.stream_ref()
+            if current is not None:
+                current.truncated = self.framer.truncated()
+        return error
+
+    def release(self, clean: bool) -> None:
         """Close the response and its connection: requests and urllib3 see none of the body
         we read, so the pool gets the connection back closed (whatever its socket's timeout
         was left at), and the next request opens a new one."""
-        response.close()
-        self._let_session_go(reusable=not response.history)
+        response = self._response
+        if response is not None:
+            response.close()
+            self._let_session_go(reusable=not response.history)
 
     def _let_session_go(self, reusable: bool) -> None:
-        release, self.release = self.release, None
+        release, self._session_release = self._session_release, None
         if release is not None:
             release(reusable)
