@@ -1,12 +1,6 @@
-"""guard_stream: an inactivity watchdog for any blocking iterator.
-
-A daemon reader thread iterates the source into a bounded buffer (the
-:class:`~.thread_feed.ThreadFeed`, which documents the hand-off); the consumer
-waits at most ``min(idle limit, budget remaining)`` when the buffer is empty;
-an idle timeout or the budget's end shuts the source from outside through
-``on_timeout`` and the consumer raises at once. :class:`GuardedStream` is the
-iterator over either feed: this one, or a socket-backed body its consumer reads
-itself (:mod:`.socket_feed`).
+"""guard_stream, an inactivity watchdog for any blocking iterator, and :class:`GuardedStream`,
+the iterator every guarded stream is: over a reader thread's buffer (:mod:`.thread_feed`,
+guard_stream's) or a socket-backed body its consumer reads itself (:mod:`.socket_feed`).
 """
 
 from __future__ import annotations

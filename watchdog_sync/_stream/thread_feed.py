@@ -18,7 +18,7 @@ import itertools
 import logging
 import math
 import threading
-from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, TypeVar
 
 from .._core.errors import Cancelled
 from .._http.reads import READER_SOCKETS, ReaderSockets
@@ -86,7 +86,9 @@ class ThreadFeed(Generic[T]):
             _close_quietly(iterator)  # a generator can only be closed by its own thread
             if source is not iterator:
                 _close_quietly(source)
-            self._reader_exited(error, completed)
+            with self._lock:
+                self.watch.source_done(error, completed)
+                self._not_empty.notify()
             error = None  # break the traceback -> frame -> error cycle
 
     def _pump(self, iterator: Iterator[T]) -> bool:
@@ -108,20 +110,16 @@ class ThreadFeed(Generic[T]):
         while room >= 0:
             if room == 0:  # the consumer waits: one item at a time, under the lock
                 for one in itertools.islice(items, 1):
-                    self._hand_over(one)
+                    with self._lock:
+                        buf.append(one)
+                        if self._consumer_waiting:
+                            self._wake_consumer()
             else:
                 extend(map(_PASS, iter(self._gate), items))
             if ended:
                 return True
             room = self._next_round()
         return False
-
-    def _hand_over(self, item: T) -> None:
-        """One item, appended and announced under the lock (while the consumer waits)."""
-        with self._lock:
-            self._buf.append(item)
-            if self._consumer_waiting:
-                self._wake_consumer()
 
     def _next_round(self) -> int:
         """Between rounds: wake a waiting consumer, wait while full, size the next round.
@@ -150,11 +148,6 @@ class ThreadFeed(Generic[T]):
         self._consumer_waiting = False
         self._not_empty.notify()
 
-    def _reader_exited(self, error: Optional[BaseException], completed: bool) -> None:
-        with self._lock:
-            self.watch.source_done(error, completed)
-            self._not_empty.notify()
-
     # -- consumer side ---------------------------------------------------------
 
     def next_batch(self) -> Optional[Iterator[T]]:
@@ -167,49 +160,43 @@ class ThreadFeed(Generic[T]):
         watch.begin_batch()
         wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
         while True:
-            outcome, wait_from = self._poll(wait_from)
-            if outcome is not None:
-                return outcome
+            with self._lock:
+                now = watch.now()
+                if not watch.ended(now):
+                    buf = self._buf
+                    count = len(buf)
+                    if count:
+                        # Two atomic list operations: the reader only ever appends, so the
+                        # first ``count`` items are the ones copied, whatever it does between.
+                        batch = buf[:count]
+                        del buf[:count]
+                        if self._reader_waiting:  # room again, also if it filled as we waited
+                            self._not_full.notify()
+                        return watch.hand_out(batch, wait_from)
+                    if not watch.source_over:
+                        if wait_from is None:
+                            wait_from = now
+                        timeout = watch.wait_left(wait_from, now)
+                        if timeout > 0:
+                            self._wait(timeout)
+                            continue
             # Something ended; act outside the lock (on_timeout and events run user code).
             if watch.ended_after_wait(not self._buf, wait_from):
                 return None
 
-    def _poll(self, wait_from: Optional[float]) -> Tuple[Optional[Iterator[T]], Optional[float]]:
-        """Take the buffered batch, waiting while it is empty; ``None`` when something ended."""
-        watch = self.watch
-        with self._lock:
-            while True:
-                now = watch.now()
-                if watch.ended(now):
-                    return None, wait_from
-                buf = self._buf
-                count = len(buf)
-                if count:
-                    # Two atomic list operations: the reader only ever appends, so the
-                    # first ``count`` items are the ones copied, whatever it does between.
-                    batch = buf[:count]
-                    del buf[:count]
-                    if self._reader_waiting:  # room again, also when it filled while we waited
-                        self._not_full.notify()
-                    return watch.hand_out(batch, wait_from), wait_from
-                if watch.source_over:
-                    return None, wait_from
-                if wait_from is None:
-                    wait_from = now
-                timeout = watch.wait_left(wait_from, now)
-                if timeout <= 0:
-                    return None, wait_from
-                self._consumer_waiting = True
-                self._gate.clear()  # the reader's round ends before its next source item
-                # Looked at again through a slice, which takes the list's own lock on a
-                # free-threaded build, as the reader's append does: either this sees the
-                # item, or the reader, after appending it, sees the cleared gate.
-                if not buf[-1:]:
-                    if math.isinf(timeout):
-                        self._not_empty.wait()
-                    else:
-                        watch.clock.wait(self._not_empty, timeout)  # a budget's end wakes it
-                self._consumer_waiting = False
+    def _wait(self, timeout: float) -> None:
+        """With ``_lock`` held: wait for the reader's next item (or a budget's end)."""
+        self._consumer_waiting = True
+        self._gate.clear()  # the reader's round ends before its next source item
+        # Looked at again through a slice, which takes the list's own lock on a
+        # free-threaded build, as the reader's append does: either this sees the
+        # item, or the reader, after appending it, sees the cleared gate.
+        if not self._buf[-1:]:
+            if math.isinf(timeout):
+                self._not_empty.wait()
+            else:
+                self.watch.clock.wait(self._not_empty, timeout)
+        self._consumer_waiting = False
 
     # -- ending ----------------------------------------------------------------
 
