@@ -9,7 +9,7 @@ urllib3 and httpx patches: each limit the tightest that any live call sets.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 from .._core.config import AS_IDLE, instrument_idle
 from .._core.tightest import Tightest
@@ -48,11 +48,7 @@ def _tightest(live: List[StreamLimits]) -> StreamLimits:
 
 
 _LIVE: Tightest[StreamLimits] = Tightest(_tightest)
-
-
-def add_instrument_limits(limits: StreamLimits) -> Callable[[], None]:
-    """Put ``limits`` among the live ones; returns the function that takes them out."""
-    return _LIVE.add(limits)
+add_instrument_limits = _LIVE.add  # returns the function that takes them out again
 
 
 def limits_in_force() -> Optional[StreamLimits]:

@@ -104,7 +104,7 @@ class StreamWatch:
         self.source_over = False  # the source ended (its items may still be buffered)
         self._completed = False
         self.error: Optional[BaseException] = None  # the source's, raised after its items
-        # Which of them were activity, and since when only items that are not came.
+        # The idle clock: which items were activity, since when only others came.
         self.activity = Activity(active)
         # (items before this batch, the batch, its countdown): one tuple, replaced whole.
         self._current: Tuple[int, List[Any], Iterator[Any]] = (0, [], _USED_UP)
