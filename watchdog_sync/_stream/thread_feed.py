@@ -161,8 +161,10 @@ class ThreadFeed(Generic[T]):
         wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
         while True:
             with self._lock:
-                now = watch.now()
-                if not watch.ended(now):
+                while True:
+                    now = watch.now()
+                    if watch.ended(now):
+                        break
                     buf = self._buf
                     count = len(buf)
                     if count:
@@ -173,13 +175,14 @@ class ThreadFeed(Generic[T]):
                         if self._reader_waiting:  # room again, also if it filled as we waited
                             self._not_full.notify()
                         return watch.hand_out(batch, wait_from)
-                    if not watch.source_over:
-                        if wait_from is None:
-                            wait_from = now
-                        timeout = watch.wait_left(wait_from, now)
-                        if timeout > 0:
-                            self._wait(timeout)
-                            continue
+                    if watch.source_over:
+                        break
+                    if wait_from is None:
+                        wait_from = now
+                    timeout = watch.wait_left(wait_from, now)
+                    if timeout <= 0:
+                        break
+                    self._wait(timeout)
             # Something ended; act outside the lock (on_timeout and events run user code).
             if watch.ended_after_wait(not self._buf, wait_from):
                 return None
