@@ -1,10 +1,6 @@
-"""instrument(idle_timeout=..., first_event_timeout=...): the stream limits in force.
-
-:func:`instrument_limits` resolves one call's two options (their environment
-variables when left out) into a :class:`StreamLimits`, ``None`` when both are
-off; :func:`add_instrument_limits` puts it among the live calls' and
-:func:`limits_in_force` reads the tightest of them, per request, for the
-urllib3 and httpx patches: each limit the tightest that any live call sets.
+"""instrument(idle_timeout=..., first_event_timeout=...): the stream limits in force, each the
+tightest that any live ``instrument()`` call sets, read per request by the urllib3 and httpx
+patches.
 """
 
 from __future__ import annotations
