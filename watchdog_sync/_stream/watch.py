@@ -35,7 +35,7 @@ _log = logging.getLogger("watchdog_sync")
 
 
 def quietly(action: Callable[[], object], what: str) -> None:
-    """Run ``action`` (``on_timeout``, or letting the source go); log what it raises."""
+    """Run ``action`` (a hook, or letting a source or body go); log what it raises."""
     try:
         action()
     except Exception:
