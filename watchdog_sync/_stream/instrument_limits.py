@@ -1,15 +1,11 @@
-"""instrument(idle_timeout=..., first_event_timeout=...): the stream limits in force.
-
-:func:`instrument_limits` resolves one call's two options (their environment
-variables when left out) into a :class:`StreamLimits`, ``None`` when both are
-off; :func:`add_instrument_limits` puts it among the live calls' and
-:func:`limits_in_force` reads the tightest of them, per request, for the
-urllib3 and httpx patches: each limit the tightest that any live call sets.
+"""instrument(idle_timeout=..., first_event_timeout=...): the stream limits in force, each the
+tightest that any live ``instrument()`` call sets, read per request by the urllib3 and httpx
+patches.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 from .._core.config import AS_IDLE, instrument_idle
 from .._core.tightest import Tightest
@@ -48,11 +44,7 @@ def _tightest(live: List[StreamLimits]) -> StreamLimits:
 
 
 _LIVE: Tightest[StreamLimits] = Tightest(_tightest)
-
-
-def add_instrument_limits(limits: StreamLimits) -> Callable[[], None]:
-    """Put ``limits`` among the live ones; returns the function that takes them out."""
-    return _LIVE.add(limits)
+add_instrument_limits = _LIVE.add  # returns the function that takes them out again
 
 
 def limits_in_force() -> Optional[StreamLimits]:

@@ -1,10 +1,8 @@
 """A stream's idle limits, resolved once at the public edge into one frozen value.
 
-Public entry points take durations in every spelling the contract allows (a
-float or ``timedelta``, ``None`` / ``inf`` / ``<= 0`` for off, a marker for "as
-the idle limit" or "the environment's default"); :func:`stream_limits` turns
-them into a :class:`StreamLimits` once, and everything below takes that value
-and never reads a marker again.
+:func:`stream_limits` reads every spelling the contract allows (a float or ``timedelta``,
+``None`` / ``inf`` / ``<= 0`` for off, the markers for "as the idle limit" and "the
+environment's default") into a :class:`StreamLimits`; nothing below reads a marker again.
 """
 
 from __future__ import annotations

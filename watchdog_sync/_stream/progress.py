@@ -1,12 +1,10 @@
 """How far a socket-backed stream's request got, for the words of the timeout that ends it.
 
-A stream opened by its consumer (:mod:`.socket_feed`) waits for its response's head,
-then reads its body. Its request's own steps say where it was while the head was
-awaited (the ``Cancelled`` the request raised carries the phase: :meth:`heard`); once
-the body is attached the stream is in ``body``, and the words say how many events came
-and when the last did (``after the head and 12 events, the last 0.4 s ago``).
-
-Used by the consumer's thread alone (the one that opens and reads the stream).
+A stream opened by its consumer (:mod:`.socket_feed`) waits for its response's head, then
+reads its body. While the head is awaited, the ``Cancelled`` its request raised says where
+it was (:meth:`StreamProgress.heard`); once the body is attached the stream is in ``body``,
+and the words say how many events came and when the last did. Used by the consumer's
+thread alone (the one that opens and reads the stream).
 """
 
 from __future__ import annotations
@@ -42,10 +40,9 @@ class StreamProgress:
             self.head_at = self._now()
 
     def got(self, count: int) -> None:
-        """``count`` more events (or items) arrived."""
-        if count:
-            self.events += count
-            self.last_event_at = self._now()
+        """``count`` (> 0) more events (or items) arrived."""
+        self.events += count
+        self.last_event_at = self._now()
 
     def phase(self) -> str:
         """``'body'`` once the head is in, else ``'head'`` (for a stream's idle timeout)."""
@@ -56,17 +53,14 @@ class StreamProgress:
         already did)."""
         if self._said is not None:
             mark(exc, *self._said)
-        elif self.head_at is not None:
-            mark(exc, "body", self.words())
-
-    def words(self) -> str:
-        """How far the body got, for an error message."""
+            return
+        if self.head_at is None:
+            return
         now = self._now()
         if self.events and self.last_event_at is not None:
             plural = "" if self.events == 1 else "s"
-            return (
-                f"after the head and {self.events} event{plural}, "
-                f"the last {now - self.last_event_at:.1f} s ago"
-            )
-        assert self.head_at is not None
-        return f"after the head, {now - self.head_at:.1f} s ago, while reading the body"
+            words = f"after the head and {self.events} event{plural}, "
+            words += f"the last {now - self.last_event_at:.1f} s ago"
+        else:
+            words = f"after the head, {now - self.head_at:.1f} s ago, while reading the body"
+        mark(exc, "body", words)

@@ -13,24 +13,22 @@ that stopped the stream or saw its budget end (the consumer, a ``close()``, the 
 
 from __future__ import annotations
 
-import logging
+import functools
 import math
 import threading
 from typing import Any, Callable, Generic, Iterator, List, Optional, Protocol, TypeVar
 
 from .._core.budget import Budget
-from .._core.clock import MONOTONIC, Clock
+from .._core.clock import MONOTONIC
 from .._core.errors import Cancelled
 from .limits import StreamLimits
 from .progress import StreamProgress
 from .stream import GuardedStream, started
-from .watch import StreamStats, StreamWatch
+from .watch import StreamWatch, quietly
 
 __all__ = ["Body", "OpenTimedOut", "SocketFeed", "socket_stream"]
 
 T = TypeVar("T")
-
-_log = logging.getLogger("watchdog_sync")
 
 
 class Body(Protocol):
@@ -53,13 +51,9 @@ class SocketFeed(Generic[T]):
     def __init__(
         self,
         opener: Callable[[SocketFeed[T]], None],
-        *,
-        limits: StreamLimits,
-        budgets: List[Budget],
-        explicit: Optional[Budget],
+        watch: StreamWatch,
+        progress: StreamProgress,
         on_timeout: Optional[Callable[[], object]],
-        clock: Clock,
-        active: Optional[Callable[[T], bool]] = None,
     ) -> None:
         self._lock = threading.Lock()
         self._woken = threading.Condition(self._lock)  # waited on only with no body attached
@@ -67,25 +61,13 @@ class SocketFeed(Generic[T]):
         self._body: Optional[Body] = None
         self._reading = False  # the consumer is in ``body.pull``: that read ends the body
         self._pending: List[T] = []  # items not from the consumer's read: with the head, ...
-        self._done = False
-        self._completed = False
-        self._error: Optional[BaseException] = None
         self._on_timeout = on_timeout
         self._unblocked = False
-        self._progress = StreamProgress(clock.now)
-        self._watch = StreamWatch(
-            limits=limits,
-            budgets=budgets,
-            explicit=explicit,
-            clock=clock,
-            wake=self._wake,
-            unblock=self._unblock,
-            active=active,
-            progress=self._progress,
-        )
+        self._progress = progress
+        self.watch = watch
 
     def start(self) -> None:
-        self._watch.start()
+        self.watch.start(self._wake, self._unblock)
 
     # -- consumer side ---------------------------------------------------------
 
@@ -98,7 +80,7 @@ class SocketFeed(Generic[T]):
         """
         if self._opener is not None:
             self._open()
-        watch = self._watch
+        watch = self.watch
         watch.begin_batch()
         try:
             return self._next(watch)
@@ -111,7 +93,7 @@ class SocketFeed(Generic[T]):
         lifetime count from here."""
         opener, self._opener = self._opener, None
         assert opener is not None
-        self._watch.restart()
+        self.watch.created = self.watch.now()
         try:
             opener(self)
         except OpenTimedOut:
@@ -131,7 +113,7 @@ class SocketFeed(Generic[T]):
                     if self._pending:
                         batch, self._pending = self._pending, []
                         return watch.hand_out(batch, wait_from)
-                    if not self._done:
+                    if not watch.source_over:
                         if wait_from is None:
                             wait_from = now
                         timeout = watch.wait_left(wait_from, now)
@@ -145,21 +127,14 @@ class SocketFeed(Generic[T]):
                 items = self._pull(body, timeout, wait_from)
                 if items is not None:
                     return items
-                continue
-            drained = self._done and not self._pending
-            if watch.ended_after_wait(drained, self._taken_error, self._completed, wait_from):
+            elif watch.ended_after_wait(not self._pending, wait_from):
                 return None
-
-    def _taken_error(self) -> Optional[BaseException]:
-        """The source's error, taken (no frame of the consumer's keeps it: no cycle)."""
-        error, self._error = self._error, None
-        return error
 
     def _pull(
         self, body: Body, timeout: float, wait_from: Optional[float]
     ) -> Optional[Iterator[T]]:
         """One read of ``body``; its items, unless it brought none or the stream ended."""
-        watch = self._watch
+        watch = self.watch
         items: List[T] = []
         try:
             items = body.pull(None if math.isinf(timeout) else timeout)
@@ -170,16 +145,19 @@ class SocketFeed(Generic[T]):
                     items = []  # the stream ended meanwhile: nothing more is handed out
         if not items:
             return None
-        self._progress.got(len(items))
-        if watch.first_item():
-            watch.announce_first()
+        self._arrived(len(items))
         return watch.hand_out(items, wait_from)
+
+    def _arrived(self, count: int) -> None:
+        self._progress.got(count)
+        if self.watch.first_item():
+            self.watch.announce_first()
 
     # -- the body's side -------------------------------------------------------
 
     def first_item_left(self) -> Optional[float]:
         """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
-        return self._watch.first_item_left()
+        return self.watch.first_item_left()
 
     def attach(self, body: Body) -> None:
         """From the opener: the consumer reads ``body`` whenever no item waits."""
@@ -194,29 +172,24 @@ class SocketFeed(Generic[T]):
         if not items:
             return
         with self._lock:
-            if self._watch.stopping:
+            if self.watch.stopping:
                 return
             self._pending.extend(items)
-            self._progress.got(len(items))
-        if self._watch.first_item():
-            self._watch.announce_first()
+        self._arrived(len(items))
 
     def body_ended(self, error: Optional[BaseException], completed: bool) -> None:
         """The body is done (its error, if any, is raised once the items before it are out)."""
         with self._lock:
             self._body = None
-            self._done = True
-            self._completed = completed
-            if not self._watch.stopping:  # after the consumer gave up, a late error is dropped
-                self._error = error
+            self.watch.source_done(error, completed)
             self._woken.notify_all()
 
     # -- ending ----------------------------------------------------------------
 
     def _wake(self) -> None:
         with self._lock:
-            if self._watch.stopping:
-                self._error = None
+            if self.watch.stopping:
+                self.watch.error = None
             self._woken.notify_all()
 
     def _unblock(self) -> None:
@@ -224,42 +197,30 @@ class SocketFeed(Generic[T]):
         socket, which ends a read in progress) once, if the body is open; then end the body
         here unless its consumer is reading it, so that the connection ends now."""
         with self._lock:
-            callback = None if self._unblocked or self._done else self._on_timeout
+            callback = None if self._unblocked or self.watch.source_over else self._on_timeout
             self._unblocked = True
         if callback is not None:
-            try:
-                callback()
-            except Exception:
-                _log.exception("watchdog_sync: the stream's on_timeout hook raised; ignored")
+            quietly(callback, "the stream's on_timeout hook")
         self._let_go()
 
     def _let_go(self) -> None:
         """A stopped stream's body (or one whose budget ended) is ended here, unless its
         consumer is reading it: then that read, woken by the shutdown, ends it."""
-        watch = self._watch
+        watch = self.watch
         with self._lock:
             body = self._body
             if self._reading or body is None or not watch.ended(watch.now()):
                 return
             self._body = None
-        try:
-            body.end(None, False)
-        except Exception:  # letting the connection go; whoever stopped the stream goes on
-            _log.exception("watchdog_sync: ending a stopped stream's body raised; ignored")
+        quietly(functools.partial(body.end, None, False), "ending a stopped stream's body")
 
     def close(self, *, join: bool) -> None:
         """End the stream (``'closed'``, or ``'completed'`` if everything was delivered) and
         let the body go. ``join`` is the thread feed's: there is no thread here."""
-        watch = self._watch
         with self._lock:
-            everything_delivered = (
-                self._done and self._completed and not self._pending and watch.all_handed_out()
-            )
-        watch.finish("completed" if everything_delivered else "closed")
+            delivered = self.watch.everything_delivered(not self._pending)
+        self.watch.finish("completed" if delivered else "closed")
         self._let_go()
-
-    def stats(self) -> StreamStats:
-        return self._watch.stats()
 
 
 def socket_stream(
@@ -269,18 +230,11 @@ def socket_stream(
     budgets: List[Budget],
     explicit: Optional[Budget],
     on_timeout: Optional[Callable[[], object]],
-    clock: Clock = MONOTONIC,
     active: Optional[Callable[[T], bool]] = None,
 ) -> GuardedStream[T]:
     """The guarded stream whose consumer runs ``opener`` at its first ``next()``, then reads
     the body it attaches."""
-    feed: SocketFeed[T] = SocketFeed(
-        opener,
-        limits=limits,
-        budgets=budgets,
-        explicit=explicit,
-        on_timeout=on_timeout,
-        clock=clock,
-        active=active,
-    )
-    return started(feed, feed.start)
+    progress = StreamProgress(MONOTONIC.now)
+    watch = StreamWatch(limits, budgets, explicit, MONOTONIC, active, progress)
+    feed: SocketFeed[T] = SocketFeed(opener, watch, progress, on_timeout)
+    return started(feed)

@@ -1,12 +1,6 @@
-"""guard_stream: an inactivity watchdog for any blocking iterator.
-
-A daemon reader thread iterates the source into a bounded buffer (the
-:class:`~.thread_feed.ThreadFeed`, which documents the hand-off); the consumer
-waits at most ``min(idle limit, budget remaining)`` when the buffer is empty;
-an idle timeout or the budget's end shuts the source from outside through
-``on_timeout`` and the consumer raises at once. :class:`GuardedStream` is the
-iterator over either feed: this one, or a socket-backed body its consumer reads
-itself (:mod:`.socket_feed`).
+"""guard_stream, an inactivity watchdog for any blocking iterator, and :class:`GuardedStream`,
+the iterator every guarded stream is: over a reader thread's buffer (:mod:`.thread_feed`,
+guard_stream's) or a socket-backed body its consumer reads itself (:mod:`.socket_feed`).
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from .._core.config import AS_IDLE
 from .._core.durations import Duration
 from .limits import StreamLimits, stream_limits
 from .thread_feed import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME, ThreadFeed
-from .watch import StreamStats
+from .watch import StreamStats, StreamWatch
 
 __all__ = [
     "DEFAULT_MAX_BUFFERED",
@@ -40,16 +34,18 @@ T_co = TypeVar("T_co", covariant=True)
 
 
 class Feed(Protocol[T_co]):
-    """What a guarded stream iterates: a thread feed or a socket feed."""
+    """What a guarded stream iterates: a thread feed or a socket feed, with its watch."""
+
+    watch: StreamWatch
+
+    def start(self) -> None:
+        """Watch the budgets (and start a reader thread)."""
 
     def next_batch(self) -> Optional[Iterator[T_co]]:
         """The next items (``None`` at the end); raises what ended the stream."""
 
     def close(self, *, join: bool) -> None:
         """End the stream; with ``join``, wait (bounded) for a reader thread to exit."""
-
-    def stats(self) -> StreamStats:
-        """A snapshot of what the stream did so far."""
 
 
 def batches_of(feed: Feed[T]) -> Iterator[Iterator[T]]:
@@ -103,7 +99,7 @@ class GuardedStream(Generic[T]):
     @property
     def stats(self) -> StreamStats:
         """A snapshot of :class:`StreamStats` (items delivered, timings, how it ended)."""
-        return self._feed.stats()
+        return self._feed.watch.stats()
 
     def __repr__(self) -> str:
         stats = self.stats
@@ -245,24 +241,17 @@ def guard_source(
 
     ``active`` tells the items that restart the idle clock (``None``: every one does).
     """
-    feed: ThreadFeed[T] = ThreadFeed(
-        limits=limits,
-        budgets=budgets_to_watch(budget),
-        explicit=budget,
-        on_timeout=on_timeout,
-        max_buffered=max_buffered,
-        clock=clock,
-        active=active,
-    )
-    return started(feed, lambda: feed.start(source, iterator))
+    watch = StreamWatch(limits, budgets_to_watch(budget), budget, clock, active)
+    feed: ThreadFeed[T] = ThreadFeed(watch, source, iterator, on_timeout, max_buffered)
+    return started(feed)
 
 
-def started(feed: Feed[T], start: Callable[[], None]) -> GuardedStream[T]:
+def started(feed: Feed[T]) -> GuardedStream[T]:
     """The stream over ``feed``: its batches primed first (so that collecting the stream
-    always ends it), then ``start`` (the reader thread, or the budget watch of a socket feed)."""
+    always ends it), then the feed started."""
     batches = batches_of(feed)
     next(batches)
-    start()
+    feed.start()
     return GuardedStream(feed, itertools.chain.from_iterable(batches))
 
 

@@ -18,14 +18,11 @@ import itertools
 import logging
 import math
 import threading
-from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generic, Iterable, Iterator, List, Optional, TypeVar
 
-from .._core.budget import Budget
-from .._core.clock import Clock
 from .._core.errors import Cancelled
 from .._http.reads import READER_SOCKETS, ReaderSockets
-from .limits import StreamLimits
-from .watch import StreamStats, StreamWatch
+from .watch import StreamWatch, quietly
 
 __all__ = ["DEFAULT_MAX_BUFFERED", "READER_THREAD_NAME", "ThreadFeed"]
 
@@ -45,14 +42,11 @@ class ThreadFeed(Generic[T]):
 
     def __init__(
         self,
-        *,
-        limits: StreamLimits,
-        budgets: List[Budget],
-        explicit: Optional[Budget],
+        watch: StreamWatch,
+        source: Iterable[T],
+        iterator: Iterator[T],
         on_timeout: Optional[Callable[[], object]],
         max_buffered: int,
-        clock: Clock,
-        active: Optional[Callable[[T], bool]] = None,
     ) -> None:
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
@@ -63,34 +57,21 @@ class ThreadFeed(Generic[T]):
         self._gate: List[None] = []  # the current round's slots; cleared = closed
         self._consumer_waiting = False
         self._reader_waiting = False
-        self._reader_done = False
-        self._reader_completed = False
-        self._reader_error: Optional[BaseException] = None
         self._unblocked = False
         self._on_timeout = on_timeout
-        self._thread: Optional[threading.Thread] = None
-        self._watch = StreamWatch(
-            limits=limits,
-            budgets=budgets,
-            explicit=explicit,
-            clock=clock,
-            wake=self._wake,
-            unblock=self._unblock,
-            active=active,
-        )
-
-    def start(self, source: Iterable[T], iterator: Iterator[T]) -> None:
-        self._watch.start()
+        self.watch = watch
         context = contextvars.copy_context()
         context.run(READER_SOCKETS.set, self._reads)
-        thread = threading.Thread(
+        self._thread = threading.Thread(
             target=context.run,
             args=(self._read, source, iterator),
             name=READER_THREAD_NAME,
             daemon=True,
         )
-        self._thread = thread
-        thread.start()
+
+    def start(self) -> None:
+        self.watch.start(self._wake, self._unblock)
+        self._thread.start()
 
     # -- reader side -----------------------------------------------------------
 
@@ -105,7 +86,9 @@ class ThreadFeed(Generic[T]):
             _close_quietly(iterator)  # a generator can only be closed by its own thread
             if source is not iterator:
                 _close_quietly(source)
-            self._reader_exited(error, completed)
+            with self._lock:
+                self.watch.source_done(error, completed)
+                self._not_empty.notify()
             error = None  # break the traceback -> frame -> error cycle
 
     def _pump(self, iterator: Iterator[T]) -> bool:
@@ -116,18 +99,21 @@ class ThreadFeed(Generic[T]):
             item = next(iterator)
         except StopIteration:
             return True
-        self._watch.first_item()
+        self.watch.first_item()
         buf.append(item)
         del item
         room = self._next_round()  # hands the first item over before announcing it
-        self._watch.announce_first()
+        self.watch.announce_first()
         # The source, then a marker that records its end (all in C, nothing per item).
         ended: List[bool] = []
         items = itertools.chain(iterator, iter(functools.partial(ended.append, True), None))
         while room >= 0:
             if room == 0:  # the consumer waits: one item at a time, under the lock
                 for one in itertools.islice(items, 1):
-                    self._hand_over(one)
+                    with self._lock:
+                        buf.append(one)
+                        if self._consumer_waiting:
+                            self._wake_consumer()
             else:
                 extend(map(_PASS, iter(self._gate), items))
             if ended:
@@ -135,20 +121,13 @@ class ThreadFeed(Generic[T]):
             room = self._next_round()
         return False
 
-    def _hand_over(self, item: T) -> None:
-        """One item, appended and announced under the lock (while the consumer waits)."""
-        with self._lock:
-            self._buf.append(item)
-            if self._consumer_waiting:
-                self._wake_consumer()
-
     def _next_round(self) -> int:
         """Between rounds: wake a waiting consumer, wait while full, size the next round.
 
         Returns the round's size, 0 for a single step, -1 to stop.
         """
         with self._lock:
-            if self._watch.stopping:
+            if self.watch.stopping:
                 return -1
             if self._consumer_waiting and self._buf:
                 self._wake_consumer()
@@ -156,7 +135,7 @@ class ThreadFeed(Generic[T]):
                 self._reader_waiting = True
                 self._not_full.wait()
                 self._reader_waiting = False
-                if self._watch.stopping:
+                if self.watch.stopping:
                     return -1
             if self._consumer_waiting:  # the gate is closed while the consumer waits
                 return 0
@@ -169,14 +148,6 @@ class ThreadFeed(Generic[T]):
         self._consumer_waiting = False
         self._not_empty.notify()
 
-    def _reader_exited(self, error: Optional[BaseException], completed: bool) -> None:
-        with self._lock:
-            self._reader_done = True
-            self._reader_completed = completed
-            if not self._watch.stopping:  # after the consumer gave up, a late error is dropped
-                self._reader_error = error
-            self._not_empty.notify()
-
     # -- consumer side ---------------------------------------------------------
 
     def next_batch(self) -> Optional[Iterator[T]]:
@@ -185,71 +156,60 @@ class ThreadFeed(Generic[T]):
         Raises the source's error, :class:`StreamIdleTimeout`, or ``Cancelled``
         (converted when the explicit budget owns it).
         """
-        watch = self._watch
+        watch = self.watch
         watch.begin_batch()
         wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
         while True:
-            outcome, wait_from = self._poll(wait_from)
-            if outcome is not None:
-                return outcome
+            with self._lock:
+                while True:
+                    now = watch.now()
+                    if watch.ended(now):
+                        break
+                    buf = self._buf
+                    count = len(buf)
+                    if count:
+                        # Two atomic list operations: the reader only ever appends, so the
+                        # first ``count`` items are the ones copied, whatever it does between.
+                        batch = buf[:count]
+                        del buf[:count]
+                        if self._reader_waiting:  # room again, also if it filled as we waited
+                            self._not_full.notify()
+                        return watch.hand_out(batch, wait_from)
+                    if watch.source_over:
+                        break
+                    if wait_from is None:
+                        wait_from = now
+                    timeout = watch.wait_left(wait_from, now)
+                    if timeout <= 0:
+                        break
+                    self._wait(timeout)
             # Something ended; act outside the lock (on_timeout and events run user code).
-            drained = self._reader_done and not self._buf
-            if watch.ended_after_wait(
-                drained, self._taken_error, self._reader_completed, wait_from
-            ):
+            if watch.ended_after_wait(not self._buf, wait_from):
                 return None
 
-    def _taken_error(self) -> Optional[BaseException]:
-        """The source's error, taken (no frame of the consumer's keeps it: no cycle)."""
-        error, self._reader_error = self._reader_error, None
-        return error
-
-    def _poll(self, wait_from: Optional[float]) -> Tuple[Optional[Iterator[T]], Optional[float]]:
-        """Take the buffered batch, waiting while it is empty; ``None`` when something ended."""
-        watch = self._watch
-        with self._lock:
-            while True:
-                now = watch.now()
-                if watch.ended(now):
-                    return None, wait_from
-                buf = self._buf
-                count = len(buf)
-                if count:
-                    # Two atomic list operations: the reader only ever appends, so the
-                    # first ``count`` items are the ones copied, whatever it does between.
-                    batch = buf[:count]
-                    del buf[:count]
-                    if self._reader_waiting:  # room again, also when it filled while we waited
-                        self._not_full.notify()
-                    return watch.hand_out(batch, wait_from), wait_from
-                if self._reader_done:
-                    return None, wait_from
-                if wait_from is None:
-                    wait_from = now
-                timeout = watch.wait_left(wait_from, now)
-                if timeout <= 0:
-                    return None, wait_from
-                self._consumer_waiting = True
-                self._gate.clear()  # the reader's round ends before its next source item
-                # Looked at again through a slice, which takes the list's own lock on a
-                # free-threaded build, as the reader's append does: either this sees the
-                # item, or the reader, after appending it, sees the cleared gate.
-                if not buf[-1:]:
-                    if math.isinf(timeout):
-                        self._not_empty.wait()
-                    else:
-                        watch.clock.wait(self._not_empty, timeout)  # a budget's end wakes it
-                self._consumer_waiting = False
+    def _wait(self, timeout: float) -> None:
+        """With ``_lock`` held: wait for the reader's next item (or a budget's end)."""
+        self._consumer_waiting = True
+        self._gate.clear()  # the reader's round ends before its next source item
+        # Looked at again through a slice, which takes the list's own lock on a
+        # free-threaded build, as the reader's append does: either this sees the
+        # item, or the reader, after appending it, sees the cleared gate.
+        if not self._buf[-1:]:
+            if math.isinf(timeout):
+                self._not_empty.wait()
+            else:
+                self.watch.clock.wait(self._not_empty, timeout)
+        self._consumer_waiting = False
 
     # -- ending ----------------------------------------------------------------
 
     def _wake(self) -> None:
         """The watch's: the stream ended (the reader stops) or a budget ended."""
         with self._lock:
-            if self._watch.stopping:
+            if self.watch.stopping:
                 # An error the consumer will never take (the budget's end came first):
                 # dropped, since its traceback holds the reader's frame, and so this.
-                self._reader_error = None
+                self.watch.error = None
                 self._gate.clear()
                 self._not_full.notify_all()
             self._not_empty.notify_all()
@@ -259,7 +219,7 @@ class ThreadFeed(Generic[T]):
         connections, and call ``on_timeout`` once, if the reader may still be inside the
         source."""
         with self._lock:
-            if self._unblocked or self._reader_done:
+            if self._unblocked or self.watch.source_over:
                 return
         shut = self._reads.shut()
         with self._lock:
@@ -267,12 +227,8 @@ class ThreadFeed(Generic[T]):
                 return
             self._unblocked = True
             callback = self._on_timeout
-        if callback is None:
-            return
-        try:
-            callback()
-        except Exception:
-            _log.exception("watchdog_sync: the stream's on_timeout hook raised; ignored")
+        if callback is not None:
+            quietly(callback, "the stream's on_timeout hook")
 
     def close(self, *, join: bool) -> None:
         """End the stream (``'closed'``, or ``'completed'`` if everything was delivered).
@@ -282,18 +238,13 @@ class ThreadFeed(Generic[T]):
         from outside: that reader is on its way out, and the caller, who is raising
         the error, must not queue behind it for the GIL.
         """
-        watch = self._watch
+        watch = self.watch
         with self._lock:
             join = join and not (watch.ended_by is not None and self._unblocked)
-            everything_delivered = (
-                self._reader_done
-                and self._reader_completed
-                and not self._buf
-                and watch.all_handed_out()
-            )
-        watch.finish("completed" if everything_delivered else "closed")
+            delivered = watch.everything_delivered(not self._buf)
+        watch.finish("completed" if delivered else "closed")
         thread = self._thread
-        if not join or thread is None or thread is threading.current_thread():
+        if not join or thread is threading.current_thread():
             return
         thread.join(_JOIN_SECONDS)
         if thread.is_alive():
@@ -303,15 +254,8 @@ class ThreadFeed(Generic[T]):
                 _JOIN_SECONDS,
             )
 
-    def stats(self) -> StreamStats:
-        return self._watch.stats()
-
 
 def _close_quietly(source: object) -> None:
     close = getattr(source, "close", None)
-    if close is None:
-        return
-    try:
-        close()
-    except Exception:
-        _log.exception("watchdog_sync: closing the stream's source raised; ignored")
+    if close is not None:
+        quietly(close, "closing the stream's source")

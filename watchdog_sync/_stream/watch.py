@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import logging
 import math
 import operator
 import threading
@@ -26,9 +27,19 @@ from .limits import StreamLimits
 from .progress import StreamProgress
 from .wire import Activity
 
-__all__ = ["StreamStats", "StreamWatch"]
+__all__ = ["StreamStats", "StreamWatch", "quietly"]
 
 _USED_UP: Iterator[Any] = iter(())
+
+_log = logging.getLogger("watchdog_sync")
+
+
+def quietly(action: Callable[[], object], what: str) -> None:
+    """Run ``action`` (a hook, or letting a source or body go); log what it raises."""
+    try:
+        action()
+    except Exception:
+        _log.exception("watchdog_sync: %s raised; ignored", what)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,29 +62,27 @@ class StreamStats:
 
 
 class StreamWatch:
-    """The limits, budgets, end and stats of one stream.
+    """The limits, budgets, end and stats of one stream, and how its source ended.
 
     ``wake`` (notify whoever waits on the feed, under its own lock) and ``unblock`` (free
-    a source that may be blocked) are the feed's, called when the stream or a budget it
-    watches ends, never with the watch's lock held.
+    a source that may be blocked) are the feed's, given to :meth:`start` and called when
+    the stream or a budget it watches ends, never with the watch's lock held. The source's
+    end (:meth:`source_done`, ``error``) is set and cleared under the feed's lock.
     """
 
     def __init__(
         self,
-        *,
         limits: StreamLimits,
         budgets: List[Budget],
         explicit: Optional[Budget],
         clock: Clock,
-        wake: Callable[[], None],
-        unblock: Callable[[], None],
         active: Optional[Callable[[Any], bool]] = None,
         progress: Optional[StreamProgress] = None,
     ) -> None:
         self._lock = threading.Lock()  # the end: recorded once
         self._progress = progress  # a request's stream: where it was, for the budget's end
-        self._wake = wake
-        self._unblock = unblock
+        self._wake: Callable[[], None] = _noop
+        self._unblock: Callable[[], None] = _noop
         self._idle = limits.idle
         self._first = limits.first
         self._first_named = limits.first_named
@@ -92,24 +101,24 @@ class StreamWatch:
         self.first_at: Optional[float] = None
         self.stopping = False
         self._budget_ended = False
-        self.taken = 0  # items in the batches before the current one (the consumer's own)
-        # Which of them were activity, and since when only items that are not came.
+        self.source_over = False  # the source ended (its items may still be buffered)
+        self._completed = False
+        self.error: Optional[BaseException] = None  # the source's, raised after its items
+        # The idle clock: which items were activity, since when only others came.
         self.activity = Activity(active)
-        # (items before, batch, the batch's countdown): one tuple, replaced whole.
+        # (items before this batch, the batch, its countdown): one tuple, replaced whole.
         self._current: Tuple[int, List[Any], Iterator[Any]] = (0, [], _USED_UP)
         self.clock = clock
         self.now = clock.now
         self.created = self.now()
         self._context = contextvars.copy_context()  # events carry the opener's fields
 
-    def start(self) -> None:
-        """Watch the budgets: a budget's end wakes the consumer and unblocks the source."""
+    def start(self, wake: Callable[[], None], unblock: Callable[[], None]) -> None:
+        """Watch the budgets: a budget's end calls ``wake``, then ``unblock``."""
+        self._wake = wake
+        self._unblock = unblock
         for budget in self._budgets:
             self._unregister.append(budget.on_done(self._on_budget_done))
-
-    def restart(self) -> None:
-        """The request goes out now: the first-item limit and the lifetime count from here."""
-        self.created = self.now()
 
     def _on_budget_done(self, budget: Budget) -> None:
         self._budget_ended = True
@@ -145,9 +154,29 @@ class StreamWatch:
 
     # -- ending ----------------------------------------------------------------
 
-    def check_budgets(self) -> None:
-        """Raise for a budget that ended (``Cancelled``, or converted when the explicit
-        budget owns it), the stream's end recorded first."""
+    def source_done(self, error: Optional[BaseException], completed: bool) -> None:
+        """With the feed's lock held: the source ended (``completed``: it ran out), with
+        ``error`` to raise once its items are out; dropped after the consumer gave up."""
+        self.source_over = True
+        self._completed = completed
+        if not self.stopping:
+            self.error = error
+
+    def everything_delivered(self, nothing_buffered: bool) -> bool:
+        """With the feed's lock held: the source completed and the consumer has all of it."""
+        return (
+            self._completed
+            and nothing_buffered
+            and operator.length_hint(self._current[2]) == 0  # the current batch is used up
+        )
+
+    def ended_after_wait(self, nothing_buffered: bool, wait_from: Optional[float]) -> bool:
+        """A feed's wait brought nothing: True when the stream is over (stopped, or its
+        source ended with everything before it handed out); raises the budget's end first,
+        so that a cancel wins over an idle timeout due at once, then the source's error or
+        the idle timeout. Each end is recorded before it is raised."""
+        if self.stopping:
+            return True
         for budget in self._budgets:
             try:
                 budget.check()
@@ -155,11 +184,33 @@ class StreamWatch:
                 self._end_cancelled(exc)
                 raise
         self._budget_ended = False  # a stale wake-up: nothing has ended
+        if self.source_over and nothing_buffered:
+            self._source_ended()
+            return True
+        self._check_idle(wait_from)
+        return False
 
-    def check_idle(self, wait_from: Optional[float]) -> None:
+    def _source_ended(self) -> None:
+        """The source's end, once everything before it was handed out: recorded, and its
+        error raised (a ``Cancelled`` converted when the explicit budget owns it)."""
+        error, self.error = self.error, None  # no frame keeps it: no cycle
+        if error is None:
+            self.finish("completed" if self._completed else "error")
+            if not self._completed:
+                raise RuntimeError("the stream's reader thread ended without an outcome")
+            return
+        try:
+            if isinstance(error, Cancelled):
+                self._end_cancelled(error)
+            else:
+                self.finish("error")
+            raise error
+        finally:
+            error = None
+
+    def _check_idle(self, wait_from: Optional[float]) -> None:
         """Raise :class:`StreamIdleTimeout` when the wait from ``wait_from`` passed the idle
-        (or first-item) limit, the stream's end recorded first: what was waited for, and
-        the knob to turn."""
+        (or first-item) limit: what was waited for, and the knob to turn."""
         if wait_from is None:
             return
         now = self.now()
@@ -197,49 +248,12 @@ class StreamWatch:
         if self._explicit is not None and _scope.owns(self._explicit, exc):
             raise _scope.error_for(exc, stage=self.stage) from None
 
-    def ended_after_wait(
-        self,
-        drained: bool,
-        taken_error: Callable[[], Optional[BaseException]],
-        completed: bool,
-        wait_from: Optional[float],
-    ) -> bool:
-        """A feed's wait brought nothing: True when the stream is over (stopped, or its
-        source ended with everything before it handed out: ``drained``); raises the budget's
-        end first, so that a cancel wins over an idle timeout due at once, then the source's
-        error (``taken_error``) or the idle timeout."""
-        if self.stopping:
-            return True
-        self.check_budgets()
-        if drained:
-            self.source_ended(taken_error(), completed)
-            return True
-        self.check_idle(wait_from)
-        return False
-
-    def source_ended(self, error: Optional[BaseException], completed: bool) -> None:
-        """The source's end, once everything before it was handed out: recorded, and
-        ``error`` raised (a ``Cancelled`` converted when the explicit budget owns it)."""
-        if error is None:
-            self.finish("completed" if completed else "error")
-            if not completed:
-                raise RuntimeError("the stream's reader thread ended without an outcome")
-            return
-        try:
-            if isinstance(error, Cancelled):
-                self._end_cancelled(error)
-            else:
-                self.finish("error")
-            raise error
-        finally:
-            error = None  # no frame keeps it: no cycle through its traceback
-
-    def finish(self, ended_by: str) -> bool:
+    def finish(self, ended_by: str) -> None:
         """Record the end (once): let the budgets go, wake the feed, unblock its source,
-        emit ``stream_end``. False when the stream had ended already."""
+        emit ``stream_end``."""
         with self._lock:
             if self.ended_by is not None:
-                return False
+                return
             self.ended_by = ended_by
             self._ended_at = ended_at = self.now()
             self.stopping = True
@@ -258,7 +272,6 @@ class StreamWatch:
             chunks_received=self.delivered(),
             elapsed_ms=(ended_at - self.created) * 1000.0,
         )
-        return True
 
     # -- counting --------------------------------------------------------------
 
@@ -282,20 +295,15 @@ class StreamWatch:
     def begin_batch(self) -> None:
         """The previous batch is used up (the chain only asks then): count it as taken."""
         before, batch, _ = self._current
-        self.taken = taken = before + len(batch)
-        self._current = (taken, [], _USED_UP)
+        self._current = (before + len(batch), [], _USED_UP)
 
     def hand_out(self, batch: List[Any], waited_from: Optional[float]) -> Iterator[Any]:
         """The iterator the consumer takes ``batch`` through, counted as it goes; the consumer
         waited for it since ``waited_from`` (``None``: it found it buffered)."""
         items = iter(batch)
-        self._current = (self.taken, batch, items)
+        self._current = (self._current[0], batch, items)
         self.activity.took(batch, waited_from, self.now())
         return items
-
-    def all_handed_out(self) -> bool:
-        """The current batch is used up."""
-        return operator.length_hint(self._current[2]) == 0
 
     def delivered(self) -> int:
         before, batch, items = self._current

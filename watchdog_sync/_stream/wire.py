@@ -1,54 +1,41 @@
 """The stream rules, written once: what is activity, what ends a stream, what an error event says.
 
-Every guarded event stream (``stream_sse``, ``ChatClient``, the httpx
-transport's streams, compressed or not) reads its events through this module,
-so the rules cannot drift apart:
+Every guarded event stream (``stream_sse``, ``ChatClient``, the httpx transport's streams,
+compressed or not) reads its events through this module, as the framer hands them on
+(bytes ending in ``b"\\n\\n"``, line endings normalised to ``b"\\n"``):
 
-- **Activity.** An event that carries data is activity. SSE comments
-  (``: keep-alive``), data-less events and Anthropic's keep-alive (``event:
-  ping`` whose data is the JSON object ``{"type": "ping"}``) are not
-  (:func:`is_activity`, :func:`is_keepalive`); a generic server's event named
-  ``ping`` that carries other data is the caller's data, and is activity.
-- **Nothing is held back or dropped.** Every event is handed on in order as soon
-  as it is parsed (:class:`Gate`); one that is not activity simply does not
-  restart the idle clock (:class:`Activity`, which the consumer's side keeps), so
-  a gateway that only pings still times out.
-- **An event's name** is its last ``event:`` line (the SSE spec, as sseclient-py
-  and the SDKs read it).
-- **The terminal event**, read from the parsed event, never by searching bytes
-  (:class:`EventWatch`, asked by the transport and by ``ChatClient`` alike):
-  OpenAI (chat completions, legacy completions): every choice index that
-  appeared has received a ``finish_reason``; ``[DONE]`` before that, ``[DONE]``
-  with no chunk, or an end without it is ``no_finish_reason``; a usage-only chunk
-  with no choices is fine. Anthropic Messages: ``message_stop``; the OpenAI
-  Responses API: ``response.completed`` (or ``.incomplete`` / ``.failed``);
-  Gemini (``:streamGenerateContent?alt=sse``, no ``[DONE]``): a response whose
-  top-level ``candidates[].finishReason`` or ``promptFeedback.blockReason`` is
-  set. A stream in one of these formats that ends without it is
-  ``StreamProtocolError('no_finish_reason')`` (:func:`no_finish_reason`),
-  retryable only while nothing was delivered.
-- **Error events** (an Anthropic ``event: error``, an OpenAI ``{"error": ...}``
-  object sent inside a stream, a Gemini ``{"error": {"code", "message",
-  "status"}}`` payload) become one error (:func:`error_event`): an
-  :class:`HTTPStatusError` with the status the provider means, retryable by the
-  status table only while no event was delivered; else
-  ``StreamProtocolError(reason='stream_error')``.
-- **Text.** An event that is not valid UTF-8 is
-  ``StreamProtocolError('malformed_event')`` (not retryable), as ``stream_sse``
-  says of one: no SDK gets to decode it with replacement characters.
+- **Activity** (:func:`is_activity`): an event that carries data, unless it is Anthropic's
+  keep-alive (``event: ping`` whose data is the JSON object ``{"type": "ping"}``); a generic
+  server's event named ``ping`` with other data is the caller's data. Comments and
+  data-less events are not activity.
+- **Nothing is held back or dropped**: every event is handed on in order as soon as it is
+  parsed (:class:`Gate`); one that is not activity only does not restart the idle clock
+  (:class:`Activity`), so a gateway that only pings still times out.
+- **An event's name** is its last ``event:`` line (the SSE spec, as sseclient-py and the
+  SDKs read it).
+- **The terminal event** is read from the parsed event, never by searching bytes
+  (:class:`EventWatch`, asked by the transport and by ``ChatClient`` alike). OpenAI: every
+  choice index that appeared has received a ``finish_reason``; ``[DONE]`` before that,
+  ``[DONE]`` with no chunk, or an end without it is ``no_finish_reason``; a usage-only
+  chunk with no choices is fine. Anthropic Messages: ``message_stop``; the OpenAI Responses
+  API: ``response.completed`` (or ``.incomplete`` / ``.failed``); Gemini (no ``[DONE]``): a
+  top-level ``candidates[].finishReason`` or ``promptFeedback.blockReason``. A stream in one
+  of these formats that ends without it is ``StreamProtocolError('no_finish_reason')``
+  (:func:`no_finish_reason`), retryable only while nothing was delivered.
+- **Error events** (Anthropic's ``event: error``, an OpenAI ``{"error": ...}`` object sent
+  inside a stream, a Gemini ``{"error": {"code", "message", "status"}}`` payload) become one
+  error (:func:`error_event`).
+- **Text**: an event that is not valid UTF-8 is ``StreamProtocolError('malformed_event')``
+  (not retryable): no SDK gets to decode it with replacement characters.
 - **The event cap** is the framer's (:class:`~.framing.EventFramer`), checked by the
-  :class:`Gate` every path reads its payload through; a compressed stream is
-  framed after it is decoded (:mod:`.coding`), within the same cap.
-
-Events arrive here as the framer hands them on: bytes ending in ``b"\\n\\n"``,
-line endings normalised to ``b"\\n"``.
+  :class:`Gate`; a compressed stream is framed after it is decoded (:mod:`.coding`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core.errors import StreamProtocolError, WatchdogError
 from .._core.redact import excerpt
@@ -65,7 +52,6 @@ __all__ = [
     "error_event",
     "is_activity",
     "is_done",
-    "is_keepalive",
     "is_parsed_activity",
     "no_finish_reason",
 ]
@@ -131,7 +117,7 @@ def is_activity(event: bytes) -> bool:
 
 def is_parsed_activity(event: Any) -> bool:
     """:func:`is_activity` of a parsed ``sseclient.Event`` (dispatched: it carries data)."""
-    return event.event != "ping" or not is_keepalive(event.event, event.data)
+    return not is_keepalive(event.event, event.data)
 
 
 def is_done(data: str) -> bool:
@@ -140,13 +126,9 @@ def is_done(data: str) -> bool:
 
 
 class Gate:
-    """A body's payload in, its events out: framed, bounded, read by the rules.
-
-    ``framer`` splits the payload into whole events and bounds their size;
-    ``note`` (an :class:`EventWatch`'s, or :func:`is_activity` when only the
-    consumer's side reads the rules) reads each event and may raise the error
-    it carries. Every event is handed on, in order, none held back: whether it
-    is activity is the consumer's side's question (:class:`Activity`).
+    """A body's payload in, its events out: split into whole events and bounded by
+    ``framer``, each read by ``note`` (an :class:`EventWatch`'s, or :func:`is_activity`
+    when only the consumer's side reads the rules), which may raise the error it carries.
     """
 
     __slots__ = ("_check", "_frame", "_note")
@@ -180,12 +162,10 @@ class Gate:
 class Activity:
     """A stream's idle clock, as its consumer takes the items: only activity restarts it.
 
-    One per stream, used by its consumer's side. ``active`` tells an item that is
-    activity (``None``: every item is, as for ``guard_stream`` over any iterator).
-    ``chunks`` counts the items that were activity (the first-event limit holds
-    until the first); ``quiet_since`` is when the consumer began to wait while only
-    items that are not activity came since (``None``: the next wait starts the idle
-    clock afresh).
+    ``active`` tells an item that is activity (``None``: every item is, as for
+    ``guard_stream`` over any iterator). ``chunks`` counts those (the first-event limit
+    holds until the first); ``quiet_since`` is when the consumer began to wait while only
+    items that are not activity came since (``None``: the next wait starts it afresh).
     """
 
     __slots__ = ("_active", "chunks", "quiet_since")
@@ -215,23 +195,14 @@ class EventWatch:
     the errors it raises.
     """
 
-    __slots__ = (
-        "_choices",
-        "_fields",
-        "_finished_choices",
-        "_secrets",
-        "delivered",
-        "finished",
-        "known",
-    )
+    __slots__ = ("_choices", "_fields", "_secrets", "delivered", "finished", "known")
 
     def __init__(self, secrets: Sequence[str] = (), **fields: Any) -> None:
         self._secrets = secrets  # the request's secret set, masked in an error event's error
         self.delivered = 0  # data events read (keep-alives aside)
         self.finished = False  # the terminal event was seen
         self.known = False  # the format is one whose terminal event we know
-        self._choices: Set[Any] = set()  # OpenAI: the choice indexes without a finish_reason
-        self._finished_choices: Set[Any] = set()  # and those with one
+        self._choices: Dict[Any, bool] = {}  # OpenAI: each choice index, has it finished?
         self._fields = fields
 
     def note(self, event: bytes) -> bool:
@@ -251,7 +222,7 @@ class EventWatch:
         every choice finished.
         """
         if name is not None and name != "message":
-            if name == "ping" and is_keepalive(name, data):
+            if is_keepalive(name, data):
                 return False
             if name == "error":
                 raise error_event(
@@ -310,13 +281,12 @@ class EventWatch:
         if not isinstance(index, (int, str)):
             index = repr(index)
         if choice.get("finish_reason"):
-            self._choices.discard(index)
-            self._finished_choices.add(index)
-        elif index not in self._finished_choices:
-            self._choices.add(index)
+            self._choices[index] = True
+        else:
+            self._choices.setdefault(index, False)
 
     def _all_choices_finished(self) -> bool:
-        return bool(self._finished_choices) and not self._choices
+        return bool(self._choices) and all(self._choices.values())
 
     def end(self) -> None:
         """At a clean end of the body: raise if a known format ended without finishing."""
@@ -355,29 +325,24 @@ def error_event(
 ) -> WatchdogError:
     """The error for an error event or an ``{"error": ...}`` object inside a stream.
 
-    ``parsed`` is the event's JSON (``None`` when it is not a JSON object, as
-    :func:`~.._http.json_object.json_object` returns for anything else, deep
-    nesting included). The status comes from the error's ``code`` or ``status``
-    (OpenAI-compatible servers), else from its ``type`` (Anthropic:
-    ``overloaded_error`` -> 529, ``rate_limit_error`` -> 429, ...). With a
-    status: an :class:`HTTPStatusError`, retryable by the status table and only
-    while nothing was delivered (a replay would repeat it); otherwise
-    ``StreamProtocolError(reason='stream_error')``. ``raw`` is the text shown
-    when ``parsed`` says nothing; ``advice`` (by status) follows the message; ``fields``
-    (``request_id``, ``attempt``) go into the error.
+    ``parsed``: the event's JSON object (``None``: not one, as
+    :func:`~.._http.json_object.json_object` says). The status comes from the error's
+    ``code`` or ``status`` (OpenAI-compatible servers), else from its ``type`` (Anthropic:
+    ``overloaded_error`` -> 529, ...) or its status name (Google's ``"UNAVAILABLE"``). With
+    a status: an :class:`HTTPStatusError`, retryable by the status table and only while
+    nothing was delivered (a replay would repeat it); otherwise
+    ``StreamProtocolError(reason='stream_error')``. ``raw``: the text shown when ``parsed``
+    says nothing; ``advice`` (by status) follows the message; ``fields`` (``request_id``,
+    ``attempt``) go into the error.
     """
     error = parsed.get("error") if isinstance(parsed, dict) else None
     status = None
     for holder in (error, parsed):
-        if isinstance(holder, dict):
-            status = (
-                status or _http_status(holder.get("code")) or _http_status(holder.get("status"))
-            )
-    kind = error.get("type") if isinstance(error, dict) else None
-    if status is None:
-        status = provider_error_status(kind)
+        if status is None and isinstance(holder, dict):
+            status = _http_status(holder.get("code")) or _http_status(holder.get("status"))
     if status is None and isinstance(error, dict):
-        status = provider_error_status(error.get("status"))  # Google's: "UNAVAILABLE"
+        kind, name = error.get("type"), error.get("status")
+        status = provider_error_status(kind) or provider_error_status(name)
     body = raw or ("" if parsed is None else _shown_json(parsed))
     shown = excerpt(describe_error(error) or body or "(no detail)", 300, secrets)
     where = f"inside the stream after {delivered} chunks"
