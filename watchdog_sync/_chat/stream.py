@@ -9,6 +9,7 @@ iterating carry ``retryable=False`` and outer retry loops leave them alone.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -24,7 +25,7 @@ from .._retry.policy import RetryPolicy
 from .._stream.limits import StreamLimits
 from .._stream.sse import SSEStream, open_sse
 from .._stream.stream import StreamStats
-from .._stream.wire import EventWatch, is_done, is_parsed_activity, no_finish_reason
+from .._stream.wire import EventWatch, is_done, no_finish_reason
 from .call import STAGE, ChatCall, run_in_call
 from .errors import error_object, for_call
 
@@ -86,7 +87,6 @@ class ChatStream:
         self._fields = {**call.fields(), **mark.fields()}
         self._context = context_with_fields(**self._fields)
         self._parts: List[str] = []
-        self._chunks = 0
         self._pending: Optional[Dict[str, Any]] = None
         self._watch = EventWatch()  # the stream rules' verdict: has the answer ended?
         self._sse: Optional[SSEStream] = None
@@ -162,24 +162,22 @@ class ChatStream:
             except StopIteration:
                 if self._watch.finished or self._ended:
                     return None  # every choice finished, then EOF without [DONE]; or close()
-                sse = self._sse
-                truncated = sse is not None and sse.truncated
+                truncated = self._sse is not None and self._sse.truncated
                 how = "in the middle of an event" if truncated else "before every choice finished"
                 raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
-            if is_parsed_activity(event):  # Anthropic's keep-alive is no chunk
+            name, data = event.event, event.data
+            if is_done(data):
+                self._watch.read(name, data)  # no_finish_reason before every choice finished
+                return None
+            chunk = json_object(data)
+            if chunk is None:
+                raise self._malformed(data)
+            if chunk.get("error") is not None or name == "error":
+                raise error_object(
+                    chunk, data, self._chunks, self._call.secrets, **self._fields_of_errors()
+                )
+            if self._watch.read(name, data, chunk):  # False: Anthropic's keep-alive, no chunk
                 break
-        data = event.data
-        if is_done(data):
-            self._watch.read(event.event, data)  # no_finish_reason before every choice finished
-            return None
-        chunk = json_object(data)
-        if chunk is None:
-            raise self._malformed(data)
-        if chunk.get("error") is not None or event.event == "error":
-            raise error_object(
-                chunk, data, self._chunks, self._call.secrets, **self._fields_of_errors()
-            )
-        self._watch.read(event.event, data, chunk)
         choices = chunk.get("choices")
         if choices and type(choices) is list:
             choice = choices[0]
@@ -195,14 +193,16 @@ class ChatStream:
         usage = chunk.get("usage")
         if usage:
             self.usage = usage
-        now = _now()
-        if self._chunks:  # a gap since this attempt's previous chunk, for an observer
-            sink = self._mark.on_chunk
-            if sink is not None:
-                sink(now - self._last_at)  # type: ignore[operator]  # (set with the first chunk)
-        self._chunks += 1
+        now, last = _now(), self._last_at
+        sink = self._mark.on_chunk
+        if last is not None and sink is not None:
+            sink(now - last)  # the gap since this attempt's previous chunk, for an observer
         self._last_at = now
         return chunk
+
+    @property
+    def _chunks(self) -> int:
+        return self._watch.delivered  # the chunks this attempt delivered
 
     def _malformed(self, data: str) -> StreamProtocolError:
         return StreamProtocolError(
@@ -219,32 +219,11 @@ class ChatStream:
 
     # -- opening ---------------------------------------------------------------
 
-    def _open(self, policy: RetryPolicy) -> None:
-        """Open the stream (retried), up to and including its first chunk."""
-        try:
-            with event_fields(**self._mark.fields()):
-                run_in_call(
-                    self._call,
-                    self._budget,
-                    self._owner,
-                    lambda: retry_call(
-                        self._attempt, policy=policy, budget=self._budget, stage=STAGE
-                    ),
-                )
-        except BaseException as exc:
-            self._ended = True
-            try:
-                self._release()
-            finally:
-                self._mark.end(exc, **self._outcome())
-            raise
-        self._first_at = self._last_at
-
     def _attempt(self) -> None:
         """One attempt: a new SSE stream and its first chunk; the stream is closed on failure."""
         self.attempts += 1
         self._parts = []
-        self._chunks = 0
+        self._last_at = None
         self.finish_reason = None
         self.usage = None
         self._watch = EventWatch(secrets=self._call.secrets, **self._fields_of_errors())
@@ -265,23 +244,20 @@ class ChatStream:
         )
         self._sse = sse
         self._events = iter(sse)
-        opened = False
         try:
-            try:
-                chunk = self._step()
-            except WatchdogError as exc:  # the guard's and the framer's errors lack the call's
+            chunk = self._step()
+        except BaseException as exc:
+            sse.close()
+            if isinstance(exc, WatchdogError):  # the guard's and framer's lack the call's fields
                 raise for_call(exc, self.request_id, self.attempts)  # noqa: B904  (keeps its cause)
-            # None (a normal end) needs a chunk first: a finish_reason or [DONE] after chunks.
-            assert chunk is not None
-            headers = {k.lower(): v for k, v in sse.headers.items()}
-            self.server_request_id = next(
-                (headers[name] for name in _SERVER_ID_HEADERS if headers.get(name)), None
-            )
-            self._pending = chunk
-            opened = True
-        finally:
-            if not opened:
-                sse.close()
+            raise
+        # None (a normal end) needs a chunk first: a finish_reason or [DONE] after chunks.
+        assert chunk is not None
+        headers = {k.lower(): v for k, v in sse.headers.items()}
+        self.server_request_id = next(
+            (headers[name] for name in _SERVER_ID_HEADERS if headers.get(name)), None
+        )
+        self._pending = chunk
 
     # -- ending ----------------------------------------------------------------
 
@@ -360,10 +336,23 @@ def open_stream(
     release: Callable[[], None],
     mark: CallMark,
 ) -> ChatStream:
-    """Open a :class:`ChatStream` for ``call``: returns once its first chunk arrived.
+    """Open a :class:`ChatStream` for ``call`` (retried): returns once its first chunk arrived.
 
     ``mark`` is the call's boundary for observers; it ends when the stream does.
     """
     stream = ChatStream(call, budget, owner, release, mark)
-    stream._open(policy)
+    attempts = functools.partial(
+        retry_call, stream._attempt, policy=policy, budget=budget, stage=STAGE
+    )
+    try:
+        with event_fields(**mark.fields()):
+            run_in_call(call, budget, owner, attempts)
+    except BaseException as exc:
+        stream._ended = True
+        try:
+            release()
+        finally:
+            mark.end(exc, **stream._outcome())
+        raise
+    stream._first_at = stream._last_at
     return stream
