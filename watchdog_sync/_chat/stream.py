@@ -179,20 +179,14 @@ class ChatStream:
             if self._watch.read(name, data, chunk):  # False: Anthropic's keep-alive, no chunk
                 break
         choices = chunk.get("choices")
-        if choices and type(choices) is list:
-            choice = choices[0]
-            if type(choice) is dict and choice.get("index", 0) == 0:
-                delta = choice.get("delta")
-                if delta and type(delta) is dict:
-                    content = delta.get("content")
-                    if content and type(content) is str:
-                        self._parts.append(content)
-                finish = choice.get("finish_reason")
-                if finish:
-                    self.finish_reason = finish
-        usage = chunk.get("usage")
-        if usage:
-            self.usage = usage
+        choice = choices[0] if choices and type(choices) is list else None
+        if type(choice) is dict and choice.get("index", 0) == 0:
+            delta = choice.get("delta")
+            content = delta.get("content") if type(delta) is dict else None
+            if content and type(content) is str:
+                self._parts.append(content)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        self.usage = chunk.get("usage") or self.usage
         now, last = _now(), self._last_at
         sink = self._mark.on_chunk
         if last is not None and sink is not None:
@@ -277,21 +271,11 @@ class ChatStream:
         self._end(error)
 
     def _end(self, error: Optional[BaseException] = None, how: str = "closed") -> None:
-        """Shut the connection, release the budget, end the call (once); ``how`` if no error."""
+        """Shut the connection, release the budget, end the call (once) with its outcome:
+        chunks, finish reason, time to the first and last chunk, and ``how`` if no error."""
         if self._ended:
             return
         self._ended = True
-        try:
-            if self._sse is not None:
-                self._sse.close()
-        finally:
-            try:
-                self._release()
-            finally:
-                self._mark.end(error, **self._outcome(how if error is None else None))
-
-    def _outcome(self, how: Optional[str] = None) -> Dict[str, Any]:
-        """What the call's end reports: chunks, finish reason, time to first and last chunk."""
         started = self._mark.started
         first, last = self._first_at, self._last_at
         outcome: Dict[str, Any] = {
@@ -301,9 +285,16 @@ class ChatStream:
             "first_byte_ms": None if first is None else (first - started) * 1000.0,
             "last_chunk_ms": None if last is None or first is None else (last - started) * 1000.0,
         }
-        if how is not None:
+        if error is None:
             outcome["reason"] = how
-        return outcome
+        try:
+            if self._sse is not None:
+                self._sse.close()
+        finally:
+            try:
+                self._release()
+            finally:
+                self._mark.end(error, **outcome)
 
     def close(self) -> None:
         """Stop the stream: shut the connection and let it go (idempotent).
@@ -348,11 +339,7 @@ def open_stream(
         with event_fields(**mark.fields()):
             run_in_call(call, budget, owner, attempts)
     except BaseException as exc:
-        stream._ended = True
-        try:
-            release()
-        finally:
-            mark.end(exc, **stream._outcome())
+        stream._end(exc)
         raise
     stream._first_at = stream._last_at
     return stream
