@@ -57,7 +57,7 @@ def httpx_patches() -> Optional[PatchSet]:
 def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
     from .transport import BOUND
 
-    direct = _direct_class(lib)
+    direct = _unpatched(lib, original)
     reading_body = as_stream_of(_ReadingBody, lib)
     timed_body = as_stream_of(_TimedBody, lib)
 
@@ -69,12 +69,12 @@ def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
         streams = limits_in_force()
         if limit is not None:
             timer = RequestTimer(limit, scope)
-            response = _timed(lib, direct(self, original), request, timer, streams)
+            response = _timed(lib, direct(self), request, timer, streams)
             response.stream = timed_body(response.stream, lib, timer)
         elif scope is None and streams is None:
             response = original(self, request)
         else:
-            response = _bound(direct(self, original), request, streams)
+            response = _bound(direct(self), request, streams)
         sock = socket_of(response)
         if sock is not None:
             response.stream = reading_body(response.stream, sock)
@@ -135,25 +135,18 @@ def _is_event_stream(response: Any) -> bool:
     return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
 
 
-_DIRECT: Dict[str, type] = {}
+def _unpatched(lib: Any, original: _Fn) -> type:
+    """A ``lib.BaseTransport`` around an ``HTTPTransport`` that sends through ``original``,
+    the unpatched method (the transport's own pool is left as it is)."""
 
+    def __init__(self: Any, transport: Any) -> None:
+        self._transport = transport
 
-def _direct_class(lib: Any) -> type:
-    """A ``lib.BaseTransport`` that sends through the original, unpatched method."""
-    cls = _DIRECT.get(lib.__name__)
-    if cls is None:
+    def handle_request(self: Any, request: Any) -> Any:
+        return original(self._transport, request)
 
-        def __init__(self: Any, transport: Any, original: _Fn) -> None:
-            self._transport = transport
-            self._original = original
-
-        def handle_request(self: Any, request: Any) -> Any:
-            return self._original(self._transport, request)
-
-        namespace = {"__init__": __init__, "handle_request": handle_request}
-        cls = type("UnpatchedTransport", (lib.BaseTransport,), namespace)
-        _DIRECT[lib.__name__] = cls
-    return cls
+    namespace = {"__init__": __init__, "handle_request": handle_request}
+    return type("UnpatchedTransport", (lib.BaseTransport,), namespace)
 
 
 class _TimedBody:
