@@ -122,11 +122,11 @@ def instrument(
             (it adds a Python call to every socket read).
         threads: carry the scope into threads: a ``threading.Thread`` (a subclass's own
             ``run()`` too) started inside a scope runs inside its budget, and so does each
-            task submitted to a ``concurrent.futures.ThreadPoolExecutor``. In a thread, the
-            budget's end raises ``Cancelled`` in library waits; one that leaves a thread's
-            ``run()`` ends the thread quietly, one in a pool task reaches
-            ``future.result()``, and the scope converts it. Left out:
-            ``WATCHDOG_SYNC_INSTRUMENT_THREADS``, else off.
+            task submitted to a ``concurrent.futures.ThreadPoolExecutor`` (the pool's workers
+            carry nothing of their own). In a thread, the budget's end raises ``Cancelled``
+            in library waits; one that leaves a thread's ``run()`` ends the thread quietly,
+            one in a pool task reaches ``future.result()``, and the scope converts it. Left
+            out: ``WATCHDOG_SYNC_INSTRUMENT_THREADS``, else off.
         request_timeout: seconds (float or ``timedelta``, ``> 0``) each request may take;
             ``None`` or ``inf``: no limit of its own. Left out:
             ``WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT``, else none.
@@ -138,10 +138,11 @@ def instrument(
             ``WATCHDOG_SYNC_INSTRUMENT_FIRST_EVENT_TIMEOUT``, else ``idle_timeout``.
 
     Returns:
-        ``undo``: removes this call's patches and limits. Idempotent. After ``instrument()``
-        twice, the patches stay until both undos ran; the last one restores the original
-        methods exactly. urllib3 requests in flight then stop being bounded; an httpx
-        response already returned stays bounded until it is closed.
+        ``undo``: removes this call's patches and limits. Idempotent; calls and undos may
+        come from any thread. After ``instrument()`` twice, the patches stay until both
+        undos ran; the last one restores the original methods exactly. urllib3 requests in
+        flight then stop being bounded; an httpx response already returned stays bounded
+        until it is closed.
 
     Raises:
         TypeError: ``urllib3``, ``httpx``, ``sockets`` or ``threads`` is not a bool, or a
