@@ -31,7 +31,6 @@ from .errors import error_object, for_call
 
 __all__ = ["ChatStream", "open_stream"]
 
-_now = time.monotonic
 _SERVER_ID_HEADERS = ("x-request-id", "openai-request-id", "request-id")
 
 
@@ -67,12 +66,7 @@ class ChatStream:
     """
 
     def __init__(
-        self,
-        call: ChatCall,
-        budget: Budget,
-        owner: Budget,
-        release: Callable[[], None],
-        mark: CallMark,
+        self, call: ChatCall, owner: Budget, release: Callable[[], None], mark: CallMark
     ) -> None:
         self.request_id = call.request_id
         self.server_request_id: Optional[str] = None
@@ -80,7 +74,6 @@ class ChatStream:
         self.finish_reason: Optional[str] = None
         self.usage: Optional[Dict[str, Any]] = None
         self._call = call
-        self._budget = budget
         self._owner = owner
         self._release = release
         self._mark = mark
@@ -187,7 +180,7 @@ class ChatStream:
                 self._parts.append(content)
             self.finish_reason = choice.get("finish_reason") or self.finish_reason
         self.usage = chunk.get("usage") or self.usage
-        now, last = _now(), self._last_at
+        now, last = time.monotonic(), self._last_at
         sink = self._mark.on_chunk
         if last is not None and sink is not None:
             sink(now - last)  # the gap since this attempt's previous chunk, for an observer
@@ -331,7 +324,7 @@ def open_stream(
 
     ``mark`` is the call's boundary for observers; it ends when the stream does.
     """
-    stream = ChatStream(call, budget, owner, release, mark)
+    stream = ChatStream(call, owner, release, mark)
     attempts = functools.partial(
         retry_call, stream._attempt, policy=policy, budget=budget, stage=STAGE
     )
