@@ -9,6 +9,7 @@ iterating carry ``retryable=False`` and outer retry loops leave them alone.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -24,13 +25,12 @@ from .._retry.policy import RetryPolicy
 from .._stream.limits import StreamLimits
 from .._stream.sse import SSEStream, open_sse
 from .._stream.stream import StreamStats
-from .._stream.wire import EventWatch, is_done, is_parsed_activity, no_finish_reason
+from .._stream.wire import EventWatch, is_done, no_finish_reason
 from .call import STAGE, ChatCall, run_in_call
 from .errors import error_object, for_call
 
 __all__ = ["ChatStream", "open_stream"]
 
-_now = time.monotonic
 _SERVER_ID_HEADERS = ("x-request-id", "openai-request-id", "request-id")
 
 
@@ -66,12 +66,7 @@ class ChatStream:
     """
 
     def __init__(
-        self,
-        call: ChatCall,
-        budget: Budget,
-        owner: Budget,
-        release: Callable[[], None],
-        mark: CallMark,
+        self, call: ChatCall, owner: Budget, release: Callable[[], None], mark: CallMark
     ) -> None:
         self.request_id = call.request_id
         self.server_request_id: Optional[str] = None
@@ -79,14 +74,12 @@ class ChatStream:
         self.finish_reason: Optional[str] = None
         self.usage: Optional[Dict[str, Any]] = None
         self._call = call
-        self._budget = budget
         self._owner = owner
         self._release = release
         self._mark = mark
         self._fields = {**call.fields(), **mark.fields()}
         self._context = context_with_fields(**self._fields)
         self._parts: List[str] = []
-        self._chunks = 0
         self._pending: Optional[Dict[str, Any]] = None
         self._watch = EventWatch()  # the stream rules' verdict: has the answer ended?
         self._sse: Optional[SSEStream] = None
@@ -162,47 +155,41 @@ class ChatStream:
             except StopIteration:
                 if self._watch.finished or self._ended:
                     return None  # every choice finished, then EOF without [DONE]; or close()
-                sse = self._sse
-                truncated = sse is not None and sse.truncated
+                truncated = self._sse is not None and self._sse.truncated
                 how = "in the middle of an event" if truncated else "before every choice finished"
                 raise no_finish_reason(self._chunks, how, **self._fields_of_errors()) from None
-            if is_parsed_activity(event):  # Anthropic's keep-alive is no chunk
+            name, data = event.event, event.data
+            if is_done(data):
+                self._watch.read(name, data)  # no_finish_reason before every choice finished
+                return None
+            chunk = json_object(data)
+            if chunk is None:
+                raise self._malformed(data)
+            if chunk.get("error") is not None or name == "error":
+                raise error_object(
+                    chunk, data, self._chunks, self._call.secrets, **self._fields_of_errors()
+                )
+            if self._watch.read(name, data, chunk):  # False: Anthropic's keep-alive, no chunk
                 break
-        data = event.data
-        if is_done(data):
-            self._watch.read(event.event, data)  # no_finish_reason before every choice finished
-            return None
-        chunk = json_object(data)
-        if chunk is None:
-            raise self._malformed(data)
-        if chunk.get("error") is not None or event.event == "error":
-            raise error_object(
-                chunk, data, self._chunks, self._call.secrets, **self._fields_of_errors()
-            )
-        self._watch.read(event.event, data, chunk)
         choices = chunk.get("choices")
-        if choices and type(choices) is list:
-            choice = choices[0]
-            if type(choice) is dict and choice.get("index", 0) == 0:
-                delta = choice.get("delta")
-                if delta and type(delta) is dict:
-                    content = delta.get("content")
-                    if content and type(content) is str:
-                        self._parts.append(content)
-                finish = choice.get("finish_reason")
-                if finish:
-                    self.finish_reason = finish
-        usage = chunk.get("usage")
-        if usage:
-            self.usage = usage
-        now = _now()
-        if self._chunks:  # a gap since this attempt's previous chunk, for an observer
-            sink = self._mark.on_chunk
-            if sink is not None:
-                sink(now - self._last_at)  # type: ignore[operator]  # (set with the first chunk)
-        self._chunks += 1
+        choice = choices[0] if choices and type(choices) is list else None
+        if type(choice) is dict and choice.get("index", 0) == 0:
+            delta = choice.get("delta")
+            content = delta.get("content") if type(delta) is dict else None
+            if content and type(content) is str:
+                self._parts.append(content)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        self.usage = chunk.get("usage") or self.usage
+        now, last = time.monotonic(), self._last_at
+        sink = self._mark.on_chunk
+        if last is not None and sink is not None:
+            sink(now - last)  # the gap since this attempt's previous chunk, for an observer
         self._last_at = now
         return chunk
+
+    @property
+    def _chunks(self) -> int:
+        return self._watch.delivered  # the chunks this attempt delivered
 
     def _malformed(self, data: str) -> StreamProtocolError:
         return StreamProtocolError(
@@ -219,32 +206,11 @@ class ChatStream:
 
     # -- opening ---------------------------------------------------------------
 
-    def _open(self, policy: RetryPolicy) -> None:
-        """Open the stream (retried), up to and including its first chunk."""
-        try:
-            with event_fields(**self._mark.fields()):
-                run_in_call(
-                    self._call,
-                    self._budget,
-                    self._owner,
-                    lambda: retry_call(
-                        self._attempt, policy=policy, budget=self._budget, stage=STAGE
-                    ),
-                )
-        except BaseException as exc:
-            self._ended = True
-            try:
-                self._release()
-            finally:
-                self._mark.end(exc, **self._outcome())
-            raise
-        self._first_at = self._last_at
-
     def _attempt(self) -> None:
         """One attempt: a new SSE stream and its first chunk; the stream is closed on failure."""
         self.attempts += 1
         self._parts = []
-        self._chunks = 0
+        self._last_at = None
         self.finish_reason = None
         self.usage = None
         self._watch = EventWatch(secrets=self._call.secrets, **self._fields_of_errors())
@@ -265,23 +231,20 @@ class ChatStream:
         )
         self._sse = sse
         self._events = iter(sse)
-        opened = False
         try:
-            try:
-                chunk = self._step()
-            except WatchdogError as exc:  # the guard's and the framer's errors lack the call's
+            chunk = self._step()
+        except BaseException as exc:
+            sse.close()
+            if isinstance(exc, WatchdogError):  # the guard's and framer's lack the call's fields
                 raise for_call(exc, self.request_id, self.attempts)  # noqa: B904  (keeps its cause)
-            # None (a normal end) needs a chunk first: a finish_reason or [DONE] after chunks.
-            assert chunk is not None
-            headers = {k.lower(): v for k, v in sse.headers.items()}
-            self.server_request_id = next(
-                (headers[name] for name in _SERVER_ID_HEADERS if headers.get(name)), None
-            )
-            self._pending = chunk
-            opened = True
-        finally:
-            if not opened:
-                sse.close()
+            raise
+        # None (a normal end) needs a chunk first: a finish_reason or [DONE] after chunks.
+        assert chunk is not None
+        headers = {k.lower(): v for k, v in sse.headers.items()}
+        self.server_request_id = next(
+            (headers[name] for name in _SERVER_ID_HEADERS if headers.get(name)), None
+        )
+        self._pending = chunk
 
     # -- ending ----------------------------------------------------------------
 
@@ -301,21 +264,11 @@ class ChatStream:
         self._end(error)
 
     def _end(self, error: Optional[BaseException] = None, how: str = "closed") -> None:
-        """Shut the connection, release the budget, end the call (once); ``how`` if no error."""
+        """Shut the connection, release the budget, end the call (once) with its outcome:
+        chunks, finish reason, time to the first and last chunk, and ``how`` if no error."""
         if self._ended:
             return
         self._ended = True
-        try:
-            if self._sse is not None:
-                self._sse.close()
-        finally:
-            try:
-                self._release()
-            finally:
-                self._mark.end(error, **self._outcome(how if error is None else None))
-
-    def _outcome(self, how: Optional[str] = None) -> Dict[str, Any]:
-        """What the call's end reports: chunks, finish reason, time to first and last chunk."""
         started = self._mark.started
         first, last = self._first_at, self._last_at
         outcome: Dict[str, Any] = {
@@ -325,9 +278,16 @@ class ChatStream:
             "first_byte_ms": None if first is None else (first - started) * 1000.0,
             "last_chunk_ms": None if last is None or first is None else (last - started) * 1000.0,
         }
-        if how is not None:
+        if error is None:
             outcome["reason"] = how
-        return outcome
+        try:
+            if self._sse is not None:
+                self._sse.close()
+        finally:
+            try:
+                self._release()
+            finally:
+                self._mark.end(error, **outcome)
 
     def close(self) -> None:
         """Stop the stream: shut the connection and let it go (idempotent).
@@ -360,10 +320,19 @@ def open_stream(
     release: Callable[[], None],
     mark: CallMark,
 ) -> ChatStream:
-    """Open a :class:`ChatStream` for ``call``: returns once its first chunk arrived.
+    """Open a :class:`ChatStream` for ``call`` (retried): returns once its first chunk arrived.
 
     ``mark`` is the call's boundary for observers; it ends when the stream does.
     """
-    stream = ChatStream(call, budget, owner, release, mark)
-    stream._open(policy)
+    stream = ChatStream(call, owner, release, mark)
+    attempts = functools.partial(
+        retry_call, stream._attempt, policy=policy, budget=budget, stage=STAGE
+    )
+    try:
+        with event_fields(**mark.fields()):
+            run_in_call(call, budget, owner, attempts)
+    except BaseException as exc:
+        stream._end(exc)
+        raise
+    stream._first_at = stream._last_at
     return stream

@@ -1,20 +1,11 @@
 """instrument(): the deadline() scope binds the HTTP clients a process already has.
 
-Opt-in and process-wide: it patches urllib3 (so requests, botocore, ...) at
-the points that see every connection of every pool (``_http/instrument_urllib3.py``),
-and the ``HTTPTransport`` of httpx2 and httpx (so the openai and anthropic
-SDKs) through :class:`HTTPXTransport`'s budget binding (``instrument_httpx.py``).
-Its options add patch sets of their own: ``sockets`` (the ``socket`` and
-``ssl`` classes, ``_http/instrument_sockets.py``) and ``threads``
-(``threading.Thread`` and ``ThreadPoolExecutor``, ``_http/instrument_threads.py``);
-``request_timeout`` adds a limit that the urllib3 and httpx patches read per
-request (``_http/request_timeout.py``), ``idle_timeout`` / ``first_event_timeout``
-the stream limits they read per event stream (``_stream/instrument_limits.py``;
-urllib3's event streams are guarded by ``urllib3_streams.py``). Options left out come from the
-environment (``_core/config.py``). Calls are counted: each ``instrument()``
-returns its own undo, and each patch set comes out when the last undo that
-took it has run, restoring the original methods exactly. Thread-safe: calls
-and undos may come from any thread.
+Each option is a patch set built by its own module: urllib3 (``_http/instrument_urllib3.py``,
+its event streams ``urllib3_streams.py``), httpx2 and httpx (``instrument_httpx.py``),
+``sockets`` and ``threads`` (``_http/instrument_sockets.py``, ``_http/instrument_threads.py``).
+``request_timeout`` and the stream limits are limits those patches read per request
+(``_http/request_timeout.py``, ``_stream/instrument_limits.py``). Calls are counted: a patch
+set comes out when the last undo that took it has run.
 """
 
 from __future__ import annotations
@@ -66,119 +57,96 @@ def instrument(
 ) -> Callable[[], None]:
     """Bound every urllib3 and httpx connection in the process by the current ``deadline()`` scope.
 
-    After ``instrument()``, inside a ``deadline()`` scope every request that
-    urllib3 makes (``requests.get``, a ``requests.Session``, botocore,
-    ``urllib3.PoolManager``, ...) runs under the scope's budget exactly like
-    a :class:`Session` request: name resolution, connect, the proxy tunnel and
-    every read are clipped to the time left, and the connection's socket is
-    shut from outside when the budget ends, so even a body that drips one
-    byte a second stops at the deadline. Every request through an httpx2 or
-    httpx ``HTTPTransport`` (the default of their clients, so ``openai.OpenAI()``
-    and ``anthropic.Anthropic()`` as they are) is bounded the same way, by
-    :class:`HTTPXTransport`'s binding with no idle limit of its own (a client
-    on :func:`httpx_client` is bound once, by its transport). A connection is bound only while a
-    request has it checked out: one back in the pool is never shut, and the
-    next request reuses it. With the options left out (and their environment
-    variables unset), outside any scope nothing changes (a check of a
-    ``ContextVar`` per call, measured in ``docs/benchmarks.md``), and
-    :class:`Session`'s own pools (and :func:`httpx_client`'s transport) are left
-    to their own budgets, ``request_timeout`` included.
+    After ``instrument()``, inside a ``deadline()`` scope every request that urllib3 makes
+    (``requests``, botocore, ``urllib3.PoolManager``, ...) and every request through an httpx2
+    or httpx ``HTTPTransport`` (the default of their clients, so ``openai.OpenAI()`` and
+    ``anthropic.Anthropic()`` as they are) runs under the scope's budget like a
+    :class:`Session` request: name resolution, connect, the proxy tunnel and every read are
+    clipped to the time left, and the connection's socket is shut from outside when the budget
+    ends, so even a body that drips one byte a second stops at the deadline. A connection is
+    bound only while a request has it checked out: one back in the pool is never shut.
+    :class:`Session`'s own pools and :func:`httpx_client`'s transport are left to their own
+    budgets and limits: none of the options below applies to them. With the options left out
+    (and their environment variables unset), nothing changes outside any scope.
 
     :func:`guard_stream` over a body read through such a connection
-    (``guard_stream(response.iter_lines(), idle_timeout=30)``) shuts that
-    socket when the stream ends early (idle timeout, the budget's end,
-    ``close()``), with or without ``on_timeout``, so its reader thread exits;
-    the same for an SDK stream (``guard_stream(client.chat.completions.create(
-    ..., stream=True), idle_timeout=30)``), in a scope or not.
+    (``guard_stream(response.iter_lines(), idle_timeout=30)``, or over an SDK stream) shuts
+    that socket when the stream ends early (idle timeout, the budget's end, ``close()``), so
+    its reader thread exits, in a scope or not.
 
-    ``request_timeout``: every request through urllib3 or httpx, in a scope or
-    not, gets a time limit of its own (the tighter of it and the enclosing
-    scope's): name resolution, connect, TLS, sending, the response head and a
-    body that is not an event stream, read to its end, all within it, the
-    connection shut from outside at its end (an event stream, ``text/event-stream``,
-    is bound by it up to its head, then left to the scope). At its end the request
-    fails with the timeout error its caller already handles, which is also ours
-    (``reason='request_timeout'``, retryable; ``classify()`` reads it as a
-    timeout): ``requests.ReadTimeout`` through requests, urllib3's
-    ``ReadTimeoutError`` through urllib3 alone, httpx's ``TimeoutException``
-    through httpx2 or httpx, so an SDK maps it to its own timeout error and
-    retries it within the scope. Calls are counted here too: the tightest
-    ``request_timeout`` of the calls not yet undone applies.
+    ``request_timeout``: every request through urllib3 or httpx, in a scope or not, gets a time
+    limit of its own (the tighter of it and the scope's) for name resolution, connect, TLS,
+    sending, the response head and a body that is not an event stream, read to its end (an
+    event stream, ``text/event-stream``, is bound up to its head, then left to the scope). At
+    its end the connection is shut and the request fails with the timeout error its caller
+    already handles, which is also ours (``reason='request_timeout'``, retryable):
+    ``requests.ReadTimeout`` through requests, urllib3's ``ReadTimeoutError`` through urllib3
+    alone, httpx's ``TimeoutException`` through httpx2 or httpx, so an SDK maps it to its own
+    timeout error and retries it within the scope.
 
-    ``idle_timeout`` / ``first_event_timeout``: every event-stream body
-    (``text/event-stream``) read through httpx2, httpx or urllib3 (requests:
-    a streamed response, ``preload_content=False`` for urllib3 alone), in a
-    scope or not, is watched by the stream rules, as under :func:`httpx_client`: a stream
-    silent ``first_event_timeout`` seconds before its first data event (through
-    httpx the response head included; through urllib3 from the head on, the head
-    itself bound by ``request_timeout`` and the scope) is sent again, at most
-    twice and within the budget,
-    when the request is replayable and does not run inside a ``retry_call``
-    attempt (there it raises :class:`StreamIdleTimeout` for the retry owner);
-    one silent ``idle_timeout`` seconds between data events raises
-    :class:`StreamIdleTimeout`; one that ends without its terminal event raises
+    ``idle_timeout`` / ``first_event_timeout``: every event stream (``text/event-stream``) read
+    through httpx2, httpx or urllib3 (requests: a streamed response), in a scope or not, is
+    read by the stream rules, as under :func:`httpx_client`. One silent ``first_event_timeout``
+    seconds before its first data event (through httpx the head included; through urllib3
+    from the head on) is sent again, at most twice and within the budget, when the request is
+    replayable and outside a ``retry_call`` attempt (there it raises :class:`StreamIdleTimeout`
+    for the retry owner); one silent ``idle_timeout`` seconds between data events raises
+    :class:`StreamIdleTimeout`; one that ends without its terminal event
     ``StreamProtocolError('no_finish_reason')``; an event over 8 MiB
-    ``StreamProtocolError('event_too_large')``. The SDKs pass these errors to
-    their caller (anthropic >= 2.17 wraps them in ``APIConnectionError``, ours as
-    its ``__cause__``), and so do requests' ``iter_content`` / ``iter_lines``
-    (so sseclient-py). The tightest limit of the live calls applies.
+    ``StreamProtocolError('event_too_large')``. The SDKs and requests' ``iter_content`` /
+    ``iter_lines`` pass these errors to their caller (anthropic >= 2.17 wraps them in
+    ``APIConnectionError``, ours as its ``__cause__``).
 
-    On timeout or cancel: when the scope's budget ends, the request (or the
-    body read) raises :class:`Cancelled`, a ``BaseException``, so neither
-    requests' nor botocore's retry loops nor a caller's ``except Exception``
-    can swallow it and no retry starts after it; the ``deadline()`` scope
-    converts it into :class:`DeadlineExceeded` (or :class:`OperationCancelled`
-    after ``budget.cancel()``) at its boundary. Read a streamed body inside the
-    scope: outside it, a read after the budget's end raises the ``Cancelled``
-    unconverted. Work handed to other threads is bound only when it carries
-    the scope (:func:`carry_budget`).
+    For every limit, the tightest of the calls not yet undone applies.
+
+    On timeout or cancel: when the scope's budget ends, the request (or the body read) raises
+    :class:`Cancelled`, a ``BaseException``, so neither requests' nor botocore's retry loops
+    nor a caller's ``except Exception`` can swallow it and no retry starts after it; the
+    ``deadline()`` scope converts it into :class:`DeadlineExceeded` (or
+    :class:`OperationCancelled` after ``budget.cancel()``) at its boundary. Read a streamed
+    body inside the scope: outside it, a read after the budget's end raises the ``Cancelled``
+    unconverted. Work handed to other threads is bound only when it carries the scope
+    (:func:`carry_budget`).
 
     Args:
         urllib3: patch urllib3 (requests, botocore, ...).
-        httpx: patch httpx2 and httpx, whichever are installed (imported
-            now if they are; neither installed: nothing to patch). Async
-            transports are not patched.
-        sockets: bind every other socket too: inside a scope, a socket
-            connected through Python's ``socket`` module (http.client,
-            urllib.request, a client with HTTP code of its own) has its
-            timeout clipped to the time left when it connects and is shut from
-            outside at the budget's end; a read or write that then ends with
-            nothing or fails raises ``Cancelled``. The socket belongs to that
-            scope even if used after it. Sockets that urllib3's and httpx's
-            request guards bound, and non-blocking ones, are left alone. Off by
-            default (it adds a Python call to every socket read).
-            Left out: ``WATCHDOG_SYNC_INSTRUMENT_SOCKETS`` (``1``/``true``/``yes``/``on``
-            or ``0``/``false``/``no``/``off``), else off.
-        threads: carry the scope into threads: a ``threading.Thread`` (a
-            subclass's own ``run()`` too) started inside a scope runs inside
-            its budget, and so does each task submitted to a
-            ``concurrent.futures.ThreadPoolExecutor`` (the pool's workers
-            carry nothing of their own). In a thread, the budget's end raises
-            ``Cancelled`` in library waits; one that leaves a thread's
-            ``run()`` ends the thread quietly, one in a pool task reaches
-            ``future.result()``, and the scope converts it. Left out:
-            ``WATCHDOG_SYNC_INSTRUMENT_THREADS``, else off.
-        request_timeout: seconds (float or ``timedelta``, ``> 0``) each
-            request may take; ``None`` or ``inf``: no limit of its own. Left
-            out: ``WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT`` (seconds), else none.
-        idle_timeout: the longest gap between data events of an event stream
-            (seconds or ``timedelta``); ``None``, ``inf`` or ``<= 0``: off. Left
-            out: ``WATCHDOG_SYNC_INSTRUMENT_IDLE_TIMEOUT``, else off.
-        first_event_timeout: the longest wait for an event stream's first
-            data event, from sending the request; ``None``, ``inf`` or ``<= 0``:
-            off. Left out: ``WATCHDOG_SYNC_INSTRUMENT_FIRST_EVENT_TIMEOUT``, else
-            ``idle_timeout``.
+        httpx: patch httpx2 and httpx, whichever are installed (imported now if they are).
+            Async transports are not patched.
+        sockets: bind every other socket too: inside a scope, a socket connected through
+            Python's ``socket`` module (http.client, urllib.request, a client with HTTP code
+            of its own) has its timeout clipped to the time left when it connects and is shut
+            from outside at the budget's end; a read or write that then ends with nothing or
+            fails raises ``Cancelled``. The socket belongs to that scope even if used after
+            it. Sockets that urllib3's and httpx's request guards bound, and non-blocking
+            ones, are left alone. Left out: ``WATCHDOG_SYNC_INSTRUMENT_SOCKETS``, else off
+            (it adds a Python call to every socket read).
+        threads: carry the scope into threads: a ``threading.Thread`` (a subclass's own
+            ``run()`` too) started inside a scope runs inside its budget, and so does each
+            task submitted to a ``concurrent.futures.ThreadPoolExecutor`` (the pool's workers
+            carry nothing of their own). In a thread, the budget's end raises ``Cancelled``
+            in library waits; one that leaves a thread's ``run()`` ends the thread quietly,
+            one in a pool task reaches ``future.result()``, and the scope converts it. Left
+            out: ``WATCHDOG_SYNC_INSTRUMENT_THREADS``, else off.
+        request_timeout: seconds (float or ``timedelta``, ``> 0``) each request may take;
+            ``None`` or ``inf``: no limit of its own. Left out:
+            ``WATCHDOG_SYNC_INSTRUMENT_REQUEST_TIMEOUT``, else none.
+        idle_timeout: the longest gap between data events of an event stream (seconds or
+            ``timedelta``); ``None``, ``inf`` or ``<= 0``: off. Left out:
+            ``WATCHDOG_SYNC_INSTRUMENT_IDLE_TIMEOUT``, else off.
+        first_event_timeout: the longest wait for an event stream's first data event, from
+            sending the request; ``None``, ``inf`` or ``<= 0``: off. Left out:
+            ``WATCHDOG_SYNC_INSTRUMENT_FIRST_EVENT_TIMEOUT``, else ``idle_timeout``.
 
     Returns:
-        ``undo``: removes this call's patches. Idempotent (a second call does
-        nothing). Calls are counted: after ``instrument()`` twice, the patches
-        stay until both undos ran; the last one restores the original
-        methods exactly. urllib3 requests in flight then stop being bounded;
-        an httpx response already returned stays bounded until it is closed.
+        ``undo``: removes this call's patches and limits. Idempotent; calls and undos may
+        come from any thread. After ``instrument()`` twice, the patches stay until both
+        undos ran; the last one restores the original methods exactly. urllib3 requests in
+        flight then stop being bounded; an httpx response already returned stays bounded
+        until it is closed.
 
     Raises:
-        TypeError: ``urllib3``, ``httpx``, ``sockets`` or ``threads`` is not a bool, or ``request_timeout``,
-            ``idle_timeout`` or ``first_event_timeout`` not a number of seconds.
+        TypeError: ``urllib3``, ``httpx``, ``sockets`` or ``threads`` is not a bool, or a
+            timeout not a number of seconds.
         ValueError: ``request_timeout`` is ``<= 0`` or NaN, a stream limit NaN, or one of the
             environment variables above is malformed (the message names it).
 
@@ -203,8 +171,7 @@ def instrument(
     with _LOCK:
         for library in wanted:
             if _USERS.get(library, 0) == 0:
-                build = _BUILDERS.get(library)
-                patches = build() if build is not None else None
+                patches = _BUILDERS[library]()
                 if patches is None:
                     continue  # not installed, or nothing to patch for it
                 patches.install()
@@ -232,8 +199,6 @@ class _Undo:
             removers, self._removers = self._removers, []
         for remove in removers:
             remove()
-        if not libraries:
-            return
         with _LOCK:
             for library in libraries:
                 _USERS[library] -= 1

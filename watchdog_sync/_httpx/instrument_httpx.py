@@ -1,45 +1,24 @@
 """instrument()'s patch of httpx2 and httpx: ``HTTPTransport.handle_request``, every request.
 
-The openai and anthropic SDKs (and most other httpx code) send through an
-``HTTPTransport``, the library's default. Its ``handle_request`` is wrapped:
+Inside a ``deadline()`` scope, or with a request timeout or stream limits in force, the
+request goes through :class:`HTTPXTransport` (with the stream limits, if any: without
+them it never sends again); otherwise, or when it is already inside an
+:class:`HTTPXTransport` (bound once), through the original. httpcore's connect, TLS,
+reads and writes are hooked too (``httpcore_hooks.py``), so the head is bounded. In and
+out of a scope, an HTTP/1.x body registers its socket while it reads, so a
+:func:`guard_stream` over an SDK stream that goes quiet shuts it and its reader exits.
 
-* inside a ``deadline()`` scope, the request goes through
-  :class:`HTTPXTransport` with no idle or first-event limit (so never sent
-  again): every timeout clipped to the time left, the response's socket shut
-  from outside at the budget's end, ``Cancelled`` raised, which the SDKs'
-  ``except Exception`` retry loops cannot swallow; an event stream is checked
-  as that transport checks one (terminal event, event size cap);
-* inside a scope, httpcore's connect, TLS handshake, reads and writes (the
-  classes ``SyncBackend`` and ``SyncStream``, see ``httpcore_hooks.py``) are
-  bounded from the connect to the response's last header byte: the name
-  resolved within the time left, each read's timeout the time left, the socket
-  shut from outside at the budget's end (``head.py``); outside a scope they
-  pass straight through;
-* in and out of a scope, the body of an HTTP/1.1 response registers its socket
-  with a :func:`guard_stream` reader thread while it reads, so a guarded SDK
-  stream that goes quiet is shut and its reader exits.
-
-With ``instrument(request_timeout=...)``, every request (in a scope or not) goes
-through :class:`HTTPXTransport` under a request timer of its own
-(``_http/request_timeout.py``), its timeouts clipped to it; its end raises
-httpx's ``TimeoutException`` family (``request_timeout.py``) from the request or
-from a body read, and the timer stops at the body's end (an event stream's: at its
-head).
-
-With ``instrument(idle_timeout=..., first_event_timeout=...)``, every request
-(in a scope or not) goes through :class:`HTTPXTransport` with those limits
-(``_stream/instrument_limits.py``), so an event stream is guarded, and sent
-again when silent before its first event, exactly as under ``httpx_client()``.
-
-A request already inside an :class:`HTTPXTransport` (``httpx_client()``) is
-bound once, by that transport. Async transports are not patched.
+A request timeout (``_http/request_timeout.py``) clips the request's timeouts; its end
+raises httpx's ``TimeoutException`` family (``request_timeout.py``) from the request or a
+body read, and it stops at the body's end (an event stream's: at its head). Async
+transports are not patched.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from .._core.durations import off
 from .._core.scope import scoped_budget, using_budget
@@ -48,29 +27,23 @@ from .._http.reads import reading
 from .._http.request_timeout import RequestTimer, is_request_timeout, request_limit
 from .._stream.instrument_limits import limits_in_force
 from .._stream.limits import StreamLimits
-from .body import socket_of
+from .body import as_stream_of, socket_of
 from .httpcore_hooks import class_patches
 from .request_timeout import request_timeout_error
 
 __all__ = ["httpx_patches"]
 
-_LIBRARIES = ("httpx2", "httpx")
 _Fn = Callable[..., Any]
-
-
-def _installed() -> List[Any]:
-    libraries = []
-    for name in _LIBRARIES:
-        try:
-            libraries.append(importlib.import_module(name))
-        except Exception:  # not installed, or not importable on this Python (httpx2 < 3.10)
-            continue
-    return libraries
 
 
 def httpx_patches() -> Optional[PatchSet]:
     """The patches for httpx2 and httpx, whichever are installed; ``None`` for neither."""
-    libraries = _installed()
+    libraries = []
+    for name in ("httpx2", "httpx"):
+        try:
+            libraries.append(importlib.import_module(name))
+        except Exception:  # not installed, or not importable on this Python (httpx2 < 3.10)
+            continue
     if not libraries:
         return None
     patches = PatchSet("httpx")
@@ -84,9 +57,9 @@ def httpx_patches() -> Optional[PatchSet]:
 def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
     from .transport import BOUND
 
-    direct = _direct_class(lib)
-    reading_body = type("ReadingBody", (_ReadingBody, lib.SyncByteStream), {})
-    timed_body = type("TimedBody", (_TimedBody, lib.SyncByteStream), {})
+    direct = _unpatched(lib, original)
+    reading_body = as_stream_of(_ReadingBody, lib)
+    timed_body = as_stream_of(_TimedBody, lib)
 
     def handle_request(self: Any, request: Any) -> Any:
         if not patches.active or BOUND.get():
@@ -96,12 +69,12 @@ def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
         streams = limits_in_force()
         if limit is not None:
             timer = RequestTimer(limit, scope)
-            response = _timed(lib, direct(self, original), request, timer, streams)
+            response = _timed(lib, direct(self), request, timer, streams)
             response.stream = timed_body(response.stream, lib, timer)
         elif scope is None and streams is None:
             response = original(self, request)
         else:
-            response = _bound(direct(self, original), request, streams)
+            response = _bound(direct(self), request, streams)
         sock = socket_of(response)
         if sock is not None:
             response.stream = reading_body(response.stream, sock)
@@ -115,11 +88,8 @@ def _bound(transport: Any, request: Any, streams: Optional[StreamLimits]) -> Any
     event stream watched by ``streams`` (``None``: no idle or first-event limit, never resent)."""
     from .transport import HTTPXTransport
 
-    if streams is None:
-        return HTTPXTransport(transport, idle_timeout=None).handle_request(request)
-    guarded = HTTPXTransport(
-        transport, idle_timeout=off(streams.idle), first_event_timeout=off(streams.first)
-    )
+    idle, first = (None, None) if streams is None else (streams.idle, streams.first)
+    guarded = HTTPXTransport(transport, idle_timeout=off(idle), first_event_timeout=off(first))
     return guarded.handle_request(request)
 
 
@@ -165,25 +135,18 @@ def _is_event_stream(response: Any) -> bool:
     return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
 
 
-_DIRECT: Dict[str, type] = {}
+def _unpatched(lib: Any, original: _Fn) -> type:
+    """A ``lib.BaseTransport`` around an ``HTTPTransport`` that sends through ``original``,
+    the unpatched method (the transport's own pool is left as it is)."""
 
+    def __init__(self: Any, transport: Any) -> None:
+        self._transport = transport
 
-def _direct_class(lib: Any) -> type:
-    """A ``lib.BaseTransport`` that sends through the original, unpatched method."""
-    cls = _DIRECT.get(lib.__name__)
-    if cls is None:
+    def handle_request(self: Any, request: Any) -> Any:
+        return original(self._transport, request)
 
-        def __init__(self: Any, transport: Any, original: _Fn) -> None:
-            self._transport = transport
-            self._original = original
-
-        def handle_request(self: Any, request: Any) -> Any:
-            return self._original(self._transport, request)
-
-        namespace = {"__init__": __init__, "handle_request": handle_request}
-        cls = type("UnpatchedTransport", (lib.BaseTransport,), namespace)
-        _DIRECT[lib.__name__] = cls
-    return cls
+    namespace = {"__init__": __init__, "handle_request": handle_request}
+    return type("UnpatchedTransport", (lib.BaseTransport,), namespace)
 
 
 class _TimedBody:

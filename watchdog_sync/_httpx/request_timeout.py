@@ -63,27 +63,14 @@ def _init(self: Any, message: str) -> None:
     self._request = None  # httpx's own errors: set by httpx when the request is known
 
 
-# What a copy carries: our fields, not httpx's request (its body and headers stay here).
-_FIELDS = (
-    "reason",
-    "stage",
-    "attempt",
-    "elapsed",
-    "remaining",
-    "retryable",
-    "request_id",
-    "phase",
-)
-
-
 def _reduce(self: Any) -> Tuple[Any, ...]:
-    fields = {name: getattr(self, name) for name in _FIELDS}
+    # A copy carries our fields, not httpx's request (its body and headers stay here).
+    fields = {name: value for name, value in vars(self).items() if name != "_request"}
     return (_rebuilt, (self._library, self.message, fields))
 
 
 def _rebuilt(library: str, message: str, fields: Dict[str, Any]) -> Any:
     """Unpickle: the class of ``library`` (imported, and made if need be)."""
     error = _class_for(importlib.import_module(library))(message)
-    for name, value in fields.items():
-        setattr(error, name, value)
+    vars(error).update(fields)
     return error

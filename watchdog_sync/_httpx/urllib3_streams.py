@@ -1,26 +1,19 @@
 """instrument(idle_timeout=..., first_event_timeout=...) for urllib3: its event streams guarded.
 
-urllib3's ``urlopen`` patch (``_http/instrument_urllib3.py``) hands each top-level
-request of a streamed response (``preload_content=False``, as requests asks for
-every one) to :func:`watch_stream`. While stream limits are in force
-(``_stream/instrument_limits.py``), a ``text/event-stream`` answer is read by the
-one set of stream rules, exactly as :class:`HTTPXTransport` reads one: the
-http.client response under urllib3 is read on a reader thread of its own
-(:func:`~.sse.threaded_events`: decoded, framed, an event over the cap
-``event_too_large``, a cut stream ``no_finish_reason``), its socket shut from
-outside on idle, at the budget's end or on ``close()``. The first events are
-waited for here: a stream silent before its first event is sent again
-(at most twice, within the budget, a request whose body is in memory, outside a
-retry owner), else its first read raises :class:`StreamIdleTimeout`.
-
-The response's ``read`` / ``read1`` / ``stream`` / ``close`` then serve the
-guarded events (already decoded: ``decode_content`` has nothing left to do), so
-requests' ``iter_content`` (``iter_lines``, sseclient-py) and urllib3's own
-callers see the stream rules' errors as they are.
+urllib3's ``urlopen`` patch (``_http/instrument_urllib3.py``) hands each top-level request
+of a streamed response (``preload_content=False``, as requests asks) to
+:func:`watch_stream`. While stream limits are in force, a ``text/event-stream`` answer's
+http.client body is read by the stream rules on a reader thread of its own, as
+:class:`HTTPXTransport` reads one (:func:`~.sse.threaded_events`), its socket shut from
+outside on idle, at the budget's end or on ``close()``; a stream silent before its first
+event is sent again as that transport's is. The response's ``read`` / ``read1`` /
+``stream`` / ``close`` then serve the guarded, decoded events, so requests'
+``iter_content`` (``iter_lines``, sseclient-py) sees the stream rules' errors as they are.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from http.client import HTTPException, HTTPResponse
 from typing import Any, Callable, Iterator, Optional
@@ -30,7 +23,7 @@ from urllib3.exceptions import ProtocolError, ReadTimeoutError
 from .._core.budget import Budget
 from .._core.errors import StreamIdleTimeout
 from .._core.redact import request_secrets
-from .._core.scope import boundary, joined_budget, using_budget
+from .._core.scope import boundary, current_child, using_budget
 from .._http.environment import proxy_urls
 from .._stream.framing import EventFramer
 from .._stream.instrument_limits import limits_in_force
@@ -54,10 +47,11 @@ def watch_stream(send: Callable[[], Any], body: Any, headers: Any, url: str) -> 
     limits = limits_in_force()
     if limits is None:
         return send()
-    budget, owner, release = joined_budget(None, stage="http")
+    budget = current_child(stage="http")
     replayable = body is None or isinstance(body, (bytes, str))
+    secrets = request_secrets(headers, url, proxy_urls())
     sends = 0
-    with boundary(budget, owner):
+    with boundary(budget, budget):
         while True:
             sends += 1
             started = time.monotonic()
@@ -66,9 +60,8 @@ def watch_stream(send: Callable[[], Any], body: Any, headers: Any, url: str) -> 
                 return response
             may_resend = replayable and may_send_again(sends, budget)
             try:
-                watch = EventWatch(request_secrets(headers, url, proxy_urls()))
                 return _guarded(
-                    response, limits, watch, budget, owner, release, started, sends, may_resend
+                    response, limits, EventWatch(secrets), budget, started, sends, may_resend
                 )
             except StreamIdleTimeout:  # raised only when it may be sent again
                 report_resend(sends, "no first event", budget)
@@ -79,8 +72,6 @@ def _guarded(
     limits: StreamLimits,
     watch: EventWatch,
     budget: Budget,
-    owner: Budget,
-    release: Callable[[], None],
     started: float,
     sends: int,
     may_resend: bool,
@@ -100,27 +91,19 @@ def _guarded(
     head = None
     try:
         head = first_events(items, DEFAULT_MAX_EVENT_BYTES)
-    except Exception as exc:
+    except BaseException as exc:
         guarded.close()
         _close(response)
+        if not isinstance(exc, Exception):
+            raise
         failure = exc
         if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
             if may_resend:
                 raise
             assert limits.first is not None
             failure = first_event_error(limits.first, sends, time.monotonic() - started)
-    except BaseException:
-        guarded.close()
-        _close(response)
-        raise
-
-    def let_go() -> None:
-        try:
-            _close(response)
-        finally:
-            release()
-
-    _Reads(response, EventBody(head, items, guarded, owner, let_go, failure))
+    let_go = functools.partial(_close, response)
+    _Reads(response, EventBody(head, items, guarded, budget, let_go, failure))
     return response
 
 
