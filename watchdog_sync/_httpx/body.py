@@ -40,7 +40,7 @@ def socket_of(response: Any) -> Optional[socket.socket]:
 
 
 def as_stream_of(body: type, lib: Any) -> type:
-    """``body`` (:class:`EventBody` or :class:`BoundedBody`) as a ``lib.SyncByteStream``."""
+    """``body`` (a body class of this package) as a ``lib.SyncByteStream``."""
     return type(body.__name__, (body, lib.SyncByteStream), {})
 
 

@@ -37,7 +37,6 @@ __all__ = [
     "body_in_memory",
     "call_mark",
     "mark_deadline",
-    "marked_body_of",
     "request_model",
 ]
 
@@ -152,8 +151,3 @@ class MarkedBody:
             last_chunk_ms=None if self._last is None else (self._last - started) * 1000.0,
             **({} if how is None else {"reason": how}),
         )
-
-
-def marked_body_of(lib: Any) -> type:
-    """:class:`MarkedBody` as a ``lib.SyncByteStream``."""
-    return type("MarkedBody", (MarkedBody, lib.SyncByteStream), {})

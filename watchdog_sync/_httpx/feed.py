@@ -68,21 +68,20 @@ def fed_events(
     response: Any,
     method: str,
     lib: Any,
-    framer: Optional[EventFramer],
+    framer: EventFramer,
     watch: EventWatch,
     shutter: Shutter,
     limits: StreamLimits,
 ) -> Optional[Tuple[GuardedStream[bytes], Callable[[], None]]]:
     """The guarded events of ``response``'s body, read by its consumer, and a function
-    that closes the connection (idempotent); ``None`` when the response is of another shape
-    or its body is compressed (no ``framer``: it cannot be framed before httpx decodes it).
+    that closes the connection (idempotent); ``None`` when the response is of another shape.
 
     Call it inside ``using_budget(budget)``: the stream watches that budget. The
     request goes no further until the first ``next()``, which takes the bytes
     buffered with the headers.
     """
-    shape = None if framer is None else _shape(response, method, lib)
-    if shape is None or framer is None:
+    shape = _shape(response, method, lib)
+    if shape is None:
         return None
     framing = _H11Framing(response.stream, *shape, lib=lib, watch=watch, shutter=shutter)
     body: BodyFeed[bytes] = BodyFeed(framing.sock, framing, framer, watch.note, _as_they_are)

@@ -1,59 +1,31 @@
 """An HTTP/2 event stream's end, made from outside: the h2 stream reset, its reader woken.
 
-One HTTP/2 connection carries many streams over one socket, and httpcore reads it
-for all of them: whichever stream's reader needs an event reads the socket (under
-the connection's read lock) and files what it read under each stream's id. A
-guarded stream's reader thread blocked in that read wakes only when something
-arrives on the connection. So when the stream ends early (its idle or first-event
-limit, the budget's end, ``close()``), :meth:`H2Stream.shut`:
+httpcore reads an HTTP/2 connection for all its streams: whichever stream's reader needs
+an event reads the socket (under the connection's read lock) and files what it read under
+each stream's id, so a guarded stream's reader thread wakes only when something arrives
+on the connection. When the stream ends early (idle or first-event limit, the budget's
+end, ``close()``), :meth:`H2Stream.shut` resets it (``RST_STREAM``, ``CANCEL``), files a
+``StreamReset`` under its id (its reader raises httpcore's ``RemoteProtocolError`` as soon
+as it looks), and wakes the reader: when no other stream is open, the connection takes no
+new request and its socket is shut from outside (the reader closes it on its way out, so
+the pool drops it); else a ``PING``, whose answer wakes whichever reader holds the read
+lock, repeated from the watchdog thread every ``NUDGE_EVERY`` s at most ``NUDGES`` times
+(the lock is not fair), the socket shut as soon as no other stream is open. The other
+streams never see a difference. A stream whose body ended any other way before its end is
+reset by :meth:`H2Stream.release`; one read to its end stays in the pool.
 
-* resets the stream in the connection's h2 state (``RST_STREAM``, ``CANCEL``), so
-  the server stops sending it and frees its slot;
-* files a ``StreamReset`` of our own under the stream's id, so its reader raises
-  as soon as it looks (httpcore's ``RemoteProtocolError``) and lets go;
-* when no other stream is open on the connection, closes the connection to new
-  requests (httpcore's pool sends them on a new one) and shuts its socket from
-  outside (``shutdown(SHUT_RDWR)``), which wakes the reader at once; the reader
-  closes the socket on its way out (:meth:`H2Stream.release`), so the pool drops
-  a closed connection;
-* when other streams are open, sends a ``PING`` instead: its answer wakes
-  whichever reader is in the read, which files it and lets the read lock go,
-  and our reader, once it has the lock, sees its reset. The other streams keep
-  the connection and never see a difference. A lock is not fair: the reader
-  that let it go may take it again before ours wakes, so while our reader is still in, the
-  watchdog thread sends another PING every ``NUDGE_EVERY`` seconds, at most
-  ``NUDGES`` times (1 s), and shuts the socket as soon as no other stream is
-  open. A server that answers no PING while every other stream on the
-  connection is silent leaves our reader in until something arrives, the last
-  other stream ends, or the read timeout passes; the caller's error is on time
-  whatever happens.
+The one module that reads httpcore's private HTTP/2 state (httpcore2 and httpcore 1.x):
+``_httpcore_stream._stream`` under httpx's response stream, the byte stream's
+``_connection`` and ``_stream_id``, and the connection's ``_h2_state`` (h2's
+``H2Connection``, through its public API), ``_events``, ``_state``, ``_state_lock``,
+``_write_lock`` and ``_network_stream``. :func:`h2_stream` checks each and returns
+``None`` for any other shape; ``shape_problems`` lists what a version lacks.
 
-A stream whose body ended any other way before it was read to its end (an error
-event, an event over the cap, the body cut) is reset by :meth:`H2Stream.release`
-in the reader thread. A stream read to its end is left as it is: its
-connection stays in the pool.
-
-This is the one module that reads httpcore's private HTTP/2 state (httpcore2 and
-httpcore 1.x; the same names in both): the pool stream under httpx's response
-stream (``_httpcore_stream._stream``), the ``HTTP2ConnectionByteStream``'s
-``_connection`` and ``_stream_id``, and the ``HTTP2Connection``'s ``_h2_state``
-(the ``h2`` package's ``H2Connection``, used through its public API),
-``_events``, ``_state``, ``_state_lock``, ``_write_lock`` and ``_network_stream``
-(httpcore's public network-stream interface). :func:`h2_stream` checks every one
-of them and returns ``None`` for any other shape, and ``shape_problems`` lists
-what a version lacks (a test runs it against each installed httpcore).
-
-Locks: the h2 state and the stream's event list are changed under the
-connection's ``_state_lock`` (where httpcore2 feeds h2 what it read and closes
-streams), with its ``_write_lock`` held around it when it can be had within
-``WRITE_WAIT`` (the lock order httpcore's own writes imply: the write lock, then
-the state lock), so the frames go out whole, in order with httpcore's own.
-httpcore itself changes the h2 state from several threads without one lock for
-all of them (a new request's headers, a reader's acknowledgements); this module
-adds no pattern it does not already use. What cannot be known from here: a
-request that has passed the connection's state check but not yet opened its
-stream when the last stream is stopped; it then fails as it would if the server
-had closed the connection.
+Locks: the h2 state and the stream's events are changed under the connection's
+``_state_lock``, inside its ``_write_lock`` when that can be had within ``WRITE_WAIT`` (the
+order httpcore's own writes use), so our frames go out whole and in order. A request past
+the connection's state check but not yet on its stream when the last stream is stopped
+fails as it would if the server had closed the connection.
 """
 
 from __future__ import annotations
@@ -99,7 +71,7 @@ def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
     classes = _classes(lib)
     if classes is None:
         return None
-    response_stream, byte_stream, connection_class, closed_state, h2_events, h2_errors = classes
+    response_stream, byte_stream, connection_class, *h2 = classes
     if type(response.stream) is not response_stream:
         return None
     _, body, connection = pooled_body(response)
@@ -118,7 +90,7 @@ def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
         return None
     if not isinstance(connection._network_stream, _Turns):
         connection._network_stream = _Turns(connection._network_stream)
-    return H2Stream(connection, stream_id, sock, closed_state, h2_events, h2_errors)
+    return H2Stream(connection, stream_id, sock, *h2)
 
 
 def shape_problems(core_name: str) -> List[str]:
@@ -173,15 +145,10 @@ class _Turns:
     """httpcore's network stream of an HTTP/2 connection, whose writes let another thread
     have its turn at the connection's read lock first.
 
-    After each read, httpcore's reader lets the read lock go, writes what h2 has to
-    send (often nothing), and takes the lock again for its next read. A lock is not
-    fair: the thread that lets it go takes it again before a waiting one has woken,
-    and then holds it across a read that lasts until the connection's next frame (with
-    plain httpx2, a second request on a connection whose one stream is quiet often
-    waits for the read timeout). A guarded stream always has a reader in that read, so
-    a connection that carries one gets this stream, whose ``write`` first gives the
-    interpreter and the CPU up for an instant (``time.sleep(0)``), so a writer waiting
-    for the read lock gets its turn.
+    After each read, httpcore's reader lets the read lock go, writes what h2 has to send
+    (often nothing) and takes the lock again for a read that lasts until the next frame.
+    The lock is not fair, and a guarded stream always has a reader in that read, so each
+    ``write`` first yields the CPU (``time.sleep(0)``): a thread waiting for the lock gets it.
     """
 
     __slots__ = ("_inner",)
@@ -197,12 +164,6 @@ class _Turns:
         time.sleep(0)
         self._inner.write(buffer, timeout)
 
-    def close(self) -> None:
-        self._inner.close()
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
@@ -217,16 +178,17 @@ class H2Stream:
     """
 
     __slots__ = (
+        "_cancel",
         "_closed_state",
         "_connection",
-        "_errors",
-        "_events",
         "_lock",
+        "_protocol_error",
         "_released",
         "_shut_socket",
         "_sock",
         "_stopped",
         "_stream_id",
+        "_stream_reset",
         "fired",
     )
 
@@ -236,15 +198,17 @@ class H2Stream:
         stream_id: int,
         sock: socket.socket,
         closed_state: Any,
-        h2_events: Any,
-        h2_errors: Any,
+        stream_reset: Any,
+        protocol_error: Any,
+        cancel: Any,
     ) -> None:
         self._connection = connection
         self._stream_id = stream_id
         self._sock = sock
         self._closed_state = closed_state
-        self._events = h2_events
-        self._errors = h2_errors
+        self._stream_reset = stream_reset  # h2's events.StreamReset
+        self._protocol_error = protocol_error  # h2's exceptions.ProtocolError
+        self._cancel = cancel  # h2's ErrorCodes.CANCEL
         self._lock = threading.Lock()  # shut() and release() one at a time
         self._stopped = False
         self._released = False
@@ -332,10 +296,10 @@ class H2Stream:
         """With ``_state_lock`` held: True when no other stream is open (the connection
         then takes no new request), else a PING is queued (False)."""
         connection = self._connection
-        if self._open_streams() == 0:
+        if connection._h2_state.open_outbound_streams == 0:  # ours is reset by now
             connection._state = self._closed_state  # new requests go to a new connection
             return True
-        with contextlib.suppress(self._errors.ProtocolError):
+        with contextlib.suppress(self._protocol_error):
             connection._h2_state.ping(_PING)
         return False
 
@@ -354,20 +318,14 @@ class H2Stream:
         if stream is None or stream.closed:
             return False
         try:
-            h2_state.reset_stream(self._stream_id, error_code=self._errors.ErrorCodes.CANCEL)
-        except self._errors.ProtocolError:
+            h2_state.reset_stream(self._stream_id, error_code=self._cancel)
+        except self._protocol_error:
             return False  # closed under us (a GOAWAY, the server's own reset)
         return True
 
-    def _open_streams(self) -> int:
-        """With ``_state_lock`` held: the streams still open on the connection (ours is
-        reset by now, and so is every other stream this module stopped)."""
-        return int(self._connection._h2_state.open_outbound_streams)
-
     def _reset_event(self) -> Any:
         """A ``StreamReset`` for our stream, as h2 makes one when it resets a stream."""
-        make = self._events.StreamReset
-        code = self._errors.ErrorCodes.CANCEL
+        make, code = self._stream_reset, self._cancel
         try:
             return make(stream_id=self._stream_id, error_code=code, remote_reset=False)
         except TypeError:  # h2 before 4.2: the fields are set after construction
@@ -398,31 +356,20 @@ def _held(lock: Any, timeout: float) -> Any:
 
 
 def _find_classes(name: str, core: str) -> Optional[Tuple[Any, ...]]:
-    """(httpx's ResponseStream, HTTP2ConnectionByteStream, HTTP2Connection, its CLOSED
-    state, h2.events, an object with h2's ProtocolError and ErrorCodes)."""
+    """(httpx's ResponseStream, HTTP2ConnectionByteStream, HTTP2Connection, then
+    :class:`H2Stream`'s: the CLOSED state, h2's StreamReset, ProtocolError, CANCEL)."""
     if shape_problems(core):
         return None
     http2 = importlib.import_module(f"{core}._sync.http2")
-    h2_errors = _H2Errors(
-        importlib.import_module("h2.exceptions").ProtocolError,
-        importlib.import_module("h2.errors").ErrorCodes,
-    )
     return (
         importlib.import_module(f"{name}._transports.default").ResponseStream,
         http2.HTTP2ConnectionByteStream,
         http2.HTTP2Connection,
         http2.HTTPConnectionState.CLOSED,
-        importlib.import_module("h2.events"),
-        h2_errors,
+        importlib.import_module("h2.events").StreamReset,
+        importlib.import_module("h2.exceptions").ProtocolError,
+        importlib.import_module("h2.errors").ErrorCodes.CANCEL,
     )
 
 
 _classes = ClassLookup(_find_classes, "no HTTP/2 stream control")
-
-
-class _H2Errors:
-    __slots__ = ("ErrorCodes", "ProtocolError")
-
-    def __init__(self, protocol_error: Any, error_codes: Any) -> None:
-        self.ProtocolError = protocol_error
-        self.ErrorCodes = error_codes
