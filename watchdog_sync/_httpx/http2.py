@@ -41,6 +41,7 @@ from typing import Any, List, Optional, Tuple
 
 from .._core import watchdog
 from .._http.shutter import shutdown_socket
+from .body import socket_of
 from .cores import ClassLookup, pooled_body
 
 __all__ = ["WRITE_WAIT", "H2Stream", "h2_stream", "shape_problems"]
@@ -84,9 +85,8 @@ def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
         return None
     if not isinstance(connection._events, dict) or stream_id not in connection._events:
         return None
-    get_extra_info = getattr(extensions.get("network_stream"), "get_extra_info", None)
-    sock = get_extra_info("socket") if callable(get_extra_info) else None
-    if not isinstance(sock, socket.socket):
+    sock = socket_of(response, (_HTTP2,))
+    if sock is None:
         return None
     if not isinstance(connection._network_stream, _Turns):
         connection._network_stream = _Turns(connection._network_stream)
@@ -189,7 +189,6 @@ class H2Stream:
         "_stopped",
         "_stream_id",
         "_stream_reset",
-        "fired",
     )
 
     def __init__(
@@ -213,10 +212,6 @@ class H2Stream:
         self._stopped = False
         self._released = False
         self._shut_socket = False
-        self.fired = False  # shut() found the stream open and ended it
-
-    def __repr__(self) -> str:
-        return f"<H2Stream {self._stream_id} fired={self.fired} shut={self._shut_socket}>"
 
     def shut(self) -> None:
         """End the stream from outside: reset it, and wake its reader (shut the socket
@@ -231,7 +226,6 @@ class H2Stream:
                     events = connection._events.get(self._stream_id)
                     if events is None or not self._reset():
                         return  # the reader has closed it, or it was read to its end
-                    self.fired = True
                     events.append(self._reset_event())
                     alone = self._ping_unless_alone()
                     data = connection._h2_state.data_to_send() if writable else b""

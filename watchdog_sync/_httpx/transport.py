@@ -68,53 +68,45 @@ class HTTPXTransport(_Base):
     """An httpx2 (or httpx) transport whose every request is bounded by a budget.
 
     Args:
-        transport: the transport to wrap (an ``httpx2`` or ``httpx``
-            ``BaseTransport``); by default ``httpx2.HTTPTransport()`` (or
-            ``httpx.HTTPTransport()`` when only httpx is installed). The
-            instance is a ``BaseTransport`` of the same library.
-        idle_timeout: the longest gap between data events of a
-            ``text/event-stream`` body. Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT``
-            or 120 s, read when the transport is made. An idle limit: ``None``,
-            ``inf`` or any value ``<= 0`` turns it off (the budget still applies).
-        first_event_timeout: the longest wait from sending a streaming request
-            to its first data event, response headers included (default:
-            ``idle_timeout``; ``<= 0`` or ``inf``: off; ``None`` means "as
-            ``idle_timeout``", deprecated as for :func:`stream_sse`). A stream
-            silent that long is sent again (at most twice, within the budget)
-            when nothing was delivered yet (a streaming request: ``Accept:
-            text/event-stream``, ``"stream": true`` or a Gemini
-            ``:streamGenerateContent`` / ``alt=sse`` URL), unless the request runs inside a
-            ``retry_call`` attempt: then it raises ``StreamIdleTimeout``
-            (retryable) and the retry owner decides.
-        budget: a budget every request runs under, with the current
-            ``deadline()`` scope's (the tighter wins).
+        transport: the transport to wrap (an ``httpx2`` or ``httpx`` ``BaseTransport``); by
+            default ``httpx2.HTTPTransport()`` (or ``httpx.HTTPTransport()`` when only httpx is
+            installed). The instance is a ``BaseTransport`` of the same library.
+        idle_timeout: the longest gap between data events of a ``text/event-stream`` body.
+            Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s, read when the transport is made.
+            An idle limit: ``None``, ``inf`` or any value ``<= 0`` turns it off (the budget
+            still applies).
+        first_event_timeout: the longest wait from sending a streaming request to its first data
+            event, response headers included (default: ``idle_timeout``; ``<= 0`` or ``inf``:
+            off; ``None`` means "as ``idle_timeout``", deprecated as for :func:`stream_sse`). A
+            stream silent that long is sent again (at most twice, within the budget) when
+            nothing was delivered yet (a streaming request: ``Accept: text/event-stream``,
+            ``"stream": true`` or a Gemini ``:streamGenerateContent`` / ``alt=sse`` URL), unless
+            the request runs inside a ``retry_call`` attempt: then it raises
+            ``StreamIdleTimeout`` (retryable) and the retry owner decides.
+        budget: a budget every request runs under, with the current ``deadline()`` scope's (the
+            tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
-        propagate: ``True``: every send (each attempt, each resend of a silent
-            stream, each redirect hop httpx makes) carries the remaining budget
-            as ``grpc-timeout`` and ``x-envoy-upstream-rq-timeout-ms``, computed
-            when it is sent; none when no budget is bounded, and none to
-            another origin than the one the call's first request went to. Off
-            by default. (An addition to the contract's signature.)
+        propagate: ``True``: every send (each attempt, each resend of a silent stream, each
+            redirect hop httpx makes) carries the remaining budget as ``grpc-timeout`` and
+            ``x-envoy-upstream-rq-timeout-ms``, computed when it is sent; none when no budget is
+            bounded, and none to another origin than the one the call's first request went to.
+            Off by default. (An addition to the contract's signature.)
 
-    On timeout or cancel: inside a ``deadline()`` scope a request (or a body
-    read) raises ``Cancelled`` when the budget ends, and the scope turns it
-    into :class:`DeadlineExceeded` / :class:`OperationCancelled`; with
-    ``budget=`` and no scope the request raises those itself. Every phase
-    ends at the budget's end: name resolution, connect, TLS, sending, the
-    response head (``1xx`` interim responses included: each read waits at
-    most the time left, and the socket is shut from outside), the body; what
-    runs below a wrapped transport that is not httpx's own is checked when it
-    returns (an answer past the deadline raises). A silent event
+    On timeout or cancel: inside a ``deadline()`` scope a request (or a body read) raises
+    ``Cancelled`` when the budget ends, and the scope turns it into :class:`DeadlineExceeded` /
+    :class:`OperationCancelled`; with ``budget=`` and no scope the request raises those itself.
+    Every phase ends at the budget's end: name resolution, connect, TLS, sending, the response
+    head (``1xx`` interim responses included: each read waits at most the time left, and the
+    socket is shut from outside), the body; what runs below a wrapped transport that is not
+    httpx's own is checked when it returns (an answer past the deadline raises). A silent event
     stream raises :class:`StreamIdleTimeout`; an event over the cap
-    ``StreamProtocolError('event_too_large')``; a stream cut before its
-    terminal event ``StreamProtocolError('no_finish_reason')`` (a Gemini stream's
-    terminal event is a candidate with ``finishReason``); an Anthropic ``error``
-    event or a Gemini error payload an :class:`HTTPStatusError`
-    (``overloaded_error``: 529; Gemini: its ``code``).
-    Transport failures keep httpx's own exception types. Over HTTP/2
-    (``http2=True``) an event stream that stops before its end is reset
-    (``RST_STREAM``) and its reader thread ends at once; the connection's socket
-    is shut only when no other stream is open on it.
+    ``StreamProtocolError('event_too_large')``; a stream cut before its terminal event
+    ``StreamProtocolError('no_finish_reason')`` (a Gemini stream's terminal event is a candidate
+    with ``finishReason``); an Anthropic ``error`` event or a Gemini error payload an
+    :class:`HTTPStatusError` (``overloaded_error``: 529; Gemini: its ``code``). Transport
+    failures keep httpx's own exception types. Over HTTP/2 (``http2=True``) an event stream that
+    stops before its end is reset (``RST_STREAM``) and its reader thread ends at once; the
+    connection's socket is shut only when no other stream is open on it.
 
     Example::
 
@@ -267,14 +259,7 @@ class HTTPXTransport(_Base):
             live["read"] = timeouts.get("read")  # body reads: the caller's read timeout
             if not _is_event_stream(response):
                 sock = socket_of(response)
-                response.stream = self._bounded_body(
-                    response.stream,
-                    Shutter(budget, sock),
-                    budget,
-                    owner,
-                    release,
-                    check_each=sock is None,
-                )
+                response.stream = self._bounded_body(response.stream, sock, budget, owner, release)
                 return response
             may_resend = replayable and may_send_again(send, budget)
             try:
