@@ -1,13 +1,8 @@
 """An event stream read through HTTPXTransport on a reader thread of its own.
 
-The reader thread of a guarded SDK stream decodes a compressed body
-(:mod:`~.._stream.coding`), frames it with :class:`~.framing.EventFramer` and
-hands on every whole event as soon as it is framed, read by the one set of
-stream rules (:mod:`~.._stream.wire`): events that are not activity (comments,
-data-less events, Anthropic's keep-alive) are handed on too but never restart
-the idle clock, which is what lets the idle watchdog end a stream that only
-pings; a known format cut before its terminal event raises
-``StreamProtocolError('no_finish_reason')``.
+The reader thread decodes a compressed body (:mod:`~.._stream.coding`), frames it and hands
+on every whole event as soon as it is framed, by the stream rules of :mod:`~.._stream.wire`
+(an event that is not activity is handed on but never restarts the idle clock).
 """
 
 from __future__ import annotations
