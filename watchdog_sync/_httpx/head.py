@@ -43,8 +43,6 @@ from .._http.resolve import addresses_bounded, is_ip_literal
 from .._http.shutter import SocketSet
 
 __all__ = [
-    "HEAD",
-    "HeadGuard",
     "connect_tcp",
     "connect_unix_socket",
     "head_phase",

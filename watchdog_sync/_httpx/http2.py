@@ -44,7 +44,7 @@ from .._http.shutter import shutdown_socket
 from .body import socket_of
 from .cores import ClassLookup, pooled_body
 
-__all__ = ["WRITE_WAIT", "H2Stream", "h2_stream", "shape_problems"]
+__all__ = ["H2Stream", "h2_stream", "shape_problems"]
 
 _log = logging.getLogger("watchdog_sync")
 _HTTP2 = b"HTTP/2"

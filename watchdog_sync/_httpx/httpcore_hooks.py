@@ -27,7 +27,7 @@ from .._http.patches import PatchSet
 from . import head
 from .cores import CORES, ClassLookup
 
-__all__ = ["bound_pool", "class_patches", "hook_stream", "shapes"]
+__all__ = ["bound_pool", "class_patches", "shapes"]
 
 _log = logging.getLogger("watchdog_sync")
 _Fn = Callable[..., Any]
