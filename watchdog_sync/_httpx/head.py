@@ -72,8 +72,7 @@ class HeadGuard:
         self._until = until
         self.progress = RequestProgress(budget.clock.now)
         self._sockets = SocketSet()
-        self._unregister: Callable[[], None] = _noop
-        self._unregister = budget.on_done(self._fire)
+        self._unregister: Callable[[], None] = budget.on_done(self._fire)
 
     def check(self) -> None:
         """``budget.check()``, the ``Cancelled`` saying where the request was."""
@@ -93,10 +92,9 @@ class HeadGuard:
         if head and self._until is not None:
             left = min(left, self._until - time.monotonic())
         if left <= 0:
-            ended = self.budget.ended
             raise error(
                 "the budget ended before the response headers arrived"
-                if ended
+                if self.budget.ended
                 else "no response headers within the first-event limit"
             )
         if math.isinf(left):
