@@ -66,11 +66,9 @@ _CONNECTION_ATTRIBUTES = (
 def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
     """The :class:`H2Stream` under an httpx response, ``None`` unless it is an HTTP/2
     response of httpcore's own connection, of the shape this module knows."""
-    extensions = getattr(response, "extensions", None) or {}
-    if extensions.get("http_version") != _HTTP2:
-        return None
-    classes = _classes(lib)
-    if classes is None:
+    sock = socket_of(response, (_HTTP2,))
+    classes = None if sock is None else _classes(lib)
+    if sock is None or classes is None:
         return None
     response_stream, byte_stream, connection_class, *h2 = classes
     if type(response.stream) is not response_stream:
@@ -81,12 +79,8 @@ def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
     stream_id = getattr(body, "_stream_id", None)
     if type(connection) is not connection_class or not isinstance(stream_id, int):
         return None
-    if any(not hasattr(connection, name) for name in _CONNECTION_ATTRIBUTES):
-        return None
+    # Its attributes are those shape_problems found on the class's instances.
     if not isinstance(connection._events, dict) or stream_id not in connection._events:
-        return None
-    sock = socket_of(response, (_HTTP2,))
-    if sock is None:
         return None
     if not isinstance(connection._network_stream, _Turns):
         connection._network_stream = _Turns(connection._network_stream)
