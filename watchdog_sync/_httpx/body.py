@@ -8,7 +8,7 @@ pool: a socket that is back in the pool is never shut.
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from .._core.budget import Budget, _noop
 from .._core.errors import Cancelled
@@ -23,16 +23,13 @@ __all__ = ["BoundedBody", "EventBody", "Shutter", "as_stream_of", "socket_of"]
 _HTTP1 = (b"HTTP/1.1", b"HTTP/1.0")
 
 
-def socket_of(response: Any) -> Optional[socket.socket]:
-    """The socket under an HTTP/1.x response (``None`` for HTTP/2 or an unknown stream).
-
-    One HTTP/2 socket carries many streams; shutting it would end every one of
-    them, so HTTP/2 responses are never shut here (an HTTP/2 event stream that
-    stops is reset, and its socket shut only when no other stream uses it:
-    :mod:`.http2`).
+def socket_of(response: Any, versions: Tuple[bytes, ...] = _HTTP1) -> Optional[socket.socket]:
+    """The socket under a response of one of ``versions`` (``None`` for another or an
+    unknown stream). One HTTP/2 socket carries many streams, and shutting it would end
+    every one of them: only :mod:`.http2` asks for it.
     """
     extensions = getattr(response, "extensions", None) or {}
-    if extensions.get("http_version") not in _HTTP1:
+    if extensions.get("http_version") not in versions:
         return None
     get_extra_info = getattr(extensions.get("network_stream"), "get_extra_info", None)
     sock = get_extra_info("socket") if callable(get_extra_info) else None
@@ -40,7 +37,7 @@ def socket_of(response: Any) -> Optional[socket.socket]:
 
 
 def as_stream_of(body: type, lib: Any) -> type:
-    """``body`` (:class:`EventBody` or :class:`BoundedBody`) as a ``lib.SyncByteStream``."""
+    """``body`` (a body class of this package) as a ``lib.SyncByteStream``."""
     return type(body.__name__, (body, lib.SyncByteStream), {})
 
 
@@ -83,27 +80,26 @@ class Shutter:
 class BoundedBody:
     """A body read in the caller's thread; an error caused by the budget's end says so.
 
-    On an HTTP/2 response (nothing to shut) the budget is checked before each
-    piece, so a body that keeps dripping ends at its first piece past the deadline.
-    The ``Cancelled`` of the budget's end says ``'body'`` and how many bytes came.
+    Its socket (``sock``) is shut when the budget ends. With none (HTTP/2: nothing to shut)
+    the budget is checked before each piece, so a body that keeps dripping ends at its first
+    piece past the deadline. The ``Cancelled`` of the budget's end says ``'body'`` and how
+    many bytes came.
     """
 
     def __init__(
         self,
         inner: Any,
-        shutter: Shutter,
+        sock: Optional[socket.socket],
         budget: Budget,
         owner: Budget,
         release: Callable[[], None],
-        *,
-        check_each: bool,
     ) -> None:
         self._inner = inner
-        self._shutter = shutter
+        self._shutter = Shutter(budget, sock)
         self._budget = budget
         self._owner = owner
         self._release = release
-        self._check_each = check_each
+        self._check_each = sock is None
         self._progress = progress = RequestProgress(budget.clock.now)
         progress.head_in()
 

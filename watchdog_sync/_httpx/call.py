@@ -10,13 +10,7 @@ a hop to another origin has them stripped (httpx copies the previous hop's
 headers onto it), and a hop back gets them again.
 
 The call (when events are observed): a ``CallMark`` from the request to the
-response's close, with the server's host and port (never the path or the
-query). ``http`` for any request; a request whose path ends with
-``/chat/completions`` (OpenAI) or ``/v1/messages`` (Anthropic) is a GenAI chat
-call (``http_chat`` / ``http_messages``, ``_stream`` when it asks for a stream).
-A chat call's ``model`` is the top-level ``"model"`` string of its JSON body,
-read only from a body already in memory of at most 64 KiB (a streamed, larger
-or non-JSON body leaves it out); nothing else of the body is kept.
+response's close, its operation and model read as ``_http/request_call.py`` says.
 """
 
 from __future__ import annotations
@@ -37,7 +31,6 @@ __all__ = [
     "body_in_memory",
     "call_mark",
     "mark_deadline",
-    "marked_body_of",
     "request_model",
 ]
 
@@ -152,8 +145,3 @@ class MarkedBody:
             last_chunk_ms=None if self._last is None else (self._last - started) * 1000.0,
             **({} if how is None else {"reason": how}),
         )
-
-
-def marked_body_of(lib: Any) -> type:
-    """:class:`MarkedBody` as a ``lib.SyncByteStream``."""
-    return type("MarkedBody", (MarkedBody, lib.SyncByteStream), {})

@@ -1,11 +1,8 @@
-"""httpcore under each httpx, its classes found once: the lookup the modules that reach in share.
+"""httpcore under each httpx (:data:`CORES`), its classes found once per library.
 
-httpx2 runs on httpcore2 and httpx on httpcore 1.x (:data:`CORES`). The modules that
-check a pool or a response against httpcore's own classes (``httpcore_hooks.py``,
-``feed.py``, ``http2.py``) each find those classes once per library through a
-:class:`ClassLookup`. What its finder returned is kept; ``None`` when httpcore's names
-have moved (an ``ImportError`` or ``AttributeError``, logged at debug level), and that
-module then leaves the request to httpx's own code.
+:mod:`.httpcore_hooks`, :mod:`.feed` and :mod:`.http2` each look their classes up through a
+:class:`ClassLookup`: ``None`` when httpcore's names have moved (logged at debug level), and
+that module then leaves the request to httpx's own code.
 """
 
 from __future__ import annotations

@@ -1,43 +1,26 @@
-"""HTTPXTransport's HTTP/1.1 event-stream bodies, read by their consumers (``pipeline``).
+"""HTTPXTransport's HTTP/1.1 event-stream bodies, read by their consumers.
 
-When httpcore returns a response's headers, the first bytes of its body sit in
-h11's receive buffer (``h11.Connection.trailing_data``, public h11 API) and the
-rest is still in the socket. For a response of the shape this module knows,
-checked at every step (httpx's ``ResponseStream`` over httpcore's pool stream
-over an ``HTTP11Connection`` reading httpcore's own ``SyncStream``, a plain
-socket or an ``ssl.SSLSocket``; the request sent whole, the body not touched
-yet), the consumer's thread reads the socket itself with the one body reader
-(:class:`~.._stream.pipeline.BodyFeed`), whose framing here (:class:`_H11Framing`)
-gives each read's bytes to the connection's own h11 state (public h11 API:
-``receive_data``, then ``next_event`` until ``NEED_DATA``; the bytes that came
-with the headers are already in h11's buffer, so h11 sees the whole body in
-order); the ``Data`` events' bytes are framed, and each event is passed on as soon as it is
-framed, by the stream rules:
-byte for byte what the reader thread of :func:`~.sse.event_source` hands httpx.
-Any other shape (HTTP/2, TLS inside TLS, a custom transport or network backend, a
-compressed body) keeps the reader thread per stream.
+When httpcore returns a response's head, the first bytes of its body sit in h11's receive
+buffer and the rest in the socket. For a response of the shape this module knows, checked
+at every step (httpx's ``ResponseStream`` over httpcore's pool stream over an
+``HTTP11Connection`` reading httpcore's own ``SyncStream``, a plain or TLS socket; the
+request sent whole, no byte of the body parsed yet), the consumer's thread reads the socket
+itself through the one body reader (:class:`~.._stream.pipeline.BodyFeed`). Its framing
+(:class:`_H11Framing`) gives each read's bytes to the connection's own h11 state (public
+h11 API: ``receive_data``, ``next_event``), so h11 sees the whole body in order, and the
+``Data`` bytes are framed into events byte for byte as the reader thread of :mod:`.sse`
+hands them to httpx. Any other shape keeps that reader thread.
 
-A body that ends cleanly (``EndOfMessage``) leaves h11 ``DONE``, as httpcore's
-own reads would: the body reader gives the socket its timeout back and closes
-the response, and httpcore pools the connection (a keep-alive one) before the
-consumer sees the end. Every other end never pools: a stream stopped (idle
-limit, budget, ``close()`` before the end), shut from outside by the budget's
-:class:`~.body.Shutter` (checked after it let the socket go, so no later
-shutdown can reach a pooled socket), failed, or cut marks h11's side as failed
-(``send_failed()``, public h11 API) first, and httpcore closes the connection.
-h11 is touched under one lock, never after that mark, so a close from another
-thread and the consumer's reads never use it at once.
+A body that ends cleanly (``EndOfMessage``) leaves h11 ``DONE`` and httpcore pools the
+connection before the consumer sees the end. Any other end (stopped, shut from outside by
+the budget's :class:`~.body.Shutter`, failed, cut) marks h11's side failed first
+(``send_failed()``), and httpcore closes the connection. h11 is touched under one lock,
+never after that mark. A ``makefile()`` reference keeps the socket's descriptor open until
+the body lets it go, so a close from another thread (``client.close()``) never takes it
+from under a read: that stream raises httpx's ``ReadError`` at its next read.
 
-A ``makefile()`` reference keeps the socket's descriptor open until the body
-has let it go, so that a close from another thread (the caller's, or
-``client.close()``) never takes the descriptor from under a read; a stream
-whose client was closed raises httpx's ``ReadError`` at its next read.
-httpcore's ``response_closed`` trace runs on the thread that closes the
-response first: the consumer when the body ends or fails, else the closer.
-
-On timeout or cancel: the stream's idle limit, the budget's end and ``close()``
-shut the socket from outside, which ends a read in progress; the body then
-lets the connection go.
+On timeout or cancel: the idle limit, the budget's end and ``close()`` shut the socket from
+outside, which ends a read in progress; the body then lets the connection go.
 """
 
 from __future__ import annotations
@@ -68,24 +51,24 @@ def fed_events(
     response: Any,
     method: str,
     lib: Any,
-    framer: Optional[EventFramer],
+    framer: EventFramer,
     watch: EventWatch,
     shutter: Shutter,
     limits: StreamLimits,
 ) -> Optional[Tuple[GuardedStream[bytes], Callable[[], None]]]:
     """The guarded events of ``response``'s body, read by its consumer, and a function
-    that closes the connection (idempotent); ``None`` when the response is of another shape
-    or its body is compressed (no ``framer``: it cannot be framed before httpx decodes it).
+    that closes the connection (idempotent); ``None`` when the response is of another shape.
 
     Call it inside ``using_budget(budget)``: the stream watches that budget. The
     request goes no further until the first ``next()``, which takes the bytes
     buffered with the headers.
     """
-    shape = None if framer is None else _shape(response, method, lib)
-    if shape is None or framer is None:
+    shape = _shape(response, method, lib)
+    if shape is None:
         return None
     framing = _H11Framing(response.stream, *shape, lib=lib, watch=watch, shutter=shutter)
-    body: BodyFeed[bytes] = BodyFeed(framing.sock, framing, framer, watch.note, _as_they_are)
+    # httpx gets the event bytes as they are: the SDK parses them itself.
+    body: BodyFeed[bytes] = BodyFeed(framing.sock, framing, framer, watch.note, list)
 
     guarded: GuardedStream[bytes] = socket_stream(
         lambda feed: body.start(feed, framing.buffered()),
@@ -96,10 +79,6 @@ def fed_events(
         active=is_activity,
     )
     return guarded, framing.close_connection
-
-
-def _as_they_are(events: List[bytes]) -> List[bytes]:
-    return events  # httpx gets the event bytes: the SDK parses them itself
 
 
 def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, Any]]:
@@ -181,7 +160,7 @@ class _H11Framing:
         self._keep: Optional[Any] = None  # a makefile() reference: the descriptor stays open
         self._lock = threading.Lock()  # h11's state, ``_closed``
         self._closed = False
-        self._done = False  # h11 gave EndOfMessage: the body ended cleanly
+        self.done = False  # h11 gave EndOfMessage: the body ended cleanly
         self.stopped = False
 
     def buffered(self) -> Iterator[Optional[bytes]]:
@@ -192,10 +171,6 @@ class _H11Framing:
         self._timeout = sock.gettimeout()
         sock.settimeout(0)
         yield None
-
-    @property
-    def done(self) -> bool:
-        return self._done
 
     def payload(self, data: Optional[bytes]) -> bytes:
         """The body bytes h11 gives for ``data`` (``b""``: the end of the connection)."""
@@ -211,17 +186,12 @@ class _H11Framing:
             try:
                 if data is not None:
                     state.receive_data(data)
-                while True:
+                event = state.next_event()
+                while type(event) is h11.Data:
+                    out.append(event.data)
                     event = state.next_event()
-                    if type(event) is h11.Data:
-                        out.append(event.data)
-                    elif event is h11.NEED_DATA:
-                        break
-                    elif type(event) is h11.EndOfMessage:
-                        self._done = True
-                        break
-                    else:  # ConnectionClosed, PAUSED: nothing more of this body
-                        break
+                if type(event) is h11.EndOfMessage:  # else NEED_DATA (or nothing more of it)
+                    self.done = True
             except h11.RemoteProtocolError as exc:
                 raise self._lib.RemoteProtocolError(str(exc)) from None
         return b"".join(out)  # h11 hands out bytearrays: httpx gets bytes
@@ -235,19 +205,14 @@ class _H11Framing:
             cause, error = error, lib.ReadError(str(error) or type(error).__name__)
             error.__cause__ = cause
         elif error is None:
-            if eof:
-                self._check_eof()
+            if eof and not self.done:  # h11 says whether the body may end here
+                self.payload(b"")
+                if not self.done:
+                    raise lib.RemoteProtocolError(
+                        "peer closed connection without sending complete message body"
+                    )
             self._watch.end()
         return error
-
-    def _check_eof(self) -> None:
-        """The connection ended: h11 says whether the body may end here (close-delimited)."""
-        if not self._done:
-            self.payload(b"")
-        if not self._done:
-            raise self._lib.RemoteProtocolError(
-                "peer closed connection without sending complete message body"
-            )
 
     def stop(self) -> None:
         """Shut the socket from outside; the reader sees it and ends the body."""
@@ -276,7 +241,7 @@ class _H11Framing:
         keep, self._keep = self._keep, None
         reuse = (
             clean
-            and self._done
+            and self.done
             and not self.stopped
             and not self._shutter.fired
             and not self._connection.is_closed()

@@ -1,44 +1,26 @@
 """The connect and the response head on httpcore, bounded by the budget like the body.
 
-While :class:`HTTPXTransport` hands a request to httpcore, a :class:`HeadGuard`
-is current (``HEAD``). httpcore's own network calls, reached through the hooks
-of :mod:`.httpcore_hooks`, ask it first:
+While :class:`HTTPXTransport` hands a request to httpcore, a :class:`HeadGuard` is
+current (``HEAD``), and httpcore's network calls, reached through the hooks of
+:mod:`.httpcore_hooks`, ask it first: ``connect_tcp`` resolves the name in a helper thread
+within the time left (as ``_http/resolve.py`` does for urllib3) and connects to each
+address within the time left; ``start_tls``, every ``read`` and ``write`` (the request,
+each ``1xx`` interim response, the final head) and ``sleep`` (httpcore's back-off between
+connect retries) are clipped to the time left, recomputed at each call. A streaming
+request's first-event limit is an absolute end for the head too (``until``): a head that
+drips past it raises httpcore's ``ReadTimeout``, as a silent one does. Each hook moves the
+request's :class:`RequestProgress` on, so the ``Cancelled`` of the budget's end
+(:meth:`HeadGuard.check`) says where the request was.
 
-* ``connect_tcp``: the name is resolved in a helper thread within the time left
-  (``getaddrinfo`` has no timeout of its own; as ``_http/resolve.py`` does for
-  urllib3), each address is connected to within the time left, and the new
-  socket is registered with the guard at once, before TLS and before a byte of
-  the request is written;
-* ``start_tls``: the handshake's timeout is clipped to the time left;
-* every ``read`` and ``write`` (the request, each ``1xx`` interim response, the
-  final response's head): its timeout is the time left, recomputed at each
-  call, and the stream's socket is registered (a connection reused from the
-  pool is registered at its first write);
-* ``sleep`` (httpcore's back-off between connect retries) never sleeps past
-  the end.
-
-Each hook also moves the request's :class:`RequestProgress` on (``resolve``,
-``connect``, ``tls``, ``send``, ``head``), so the ``Cancelled`` the transport raises
-at the budget's end (:meth:`HeadGuard.check`) says where the request was.
-
-When the budget ends, the guard shuts every registered socket from outside
-(``shutdown(SHUT_RDWR)`` wakes a blocked ``recv``; ``close()`` from another
-thread does not). A call that starts after the end raises httpcore's own
-timeout error at once; the transport sees that the budget ended and raises
-``Cancelled`` (or the owner's error). A streaming request's first-event limit
-is an absolute end for the head too (``until``): a head that drips past it
-raises httpcore's ``ReadTimeout``, as a silent one does.
-
-The guard lets its sockets go when httpcore returns the response or fails:
-from there the body's :class:`~.body.Shutter` guards the socket, and a socket
-back in the pool is never shut. HTTP/2 sockets (ALPN ``h2``, or the HTTP/2
-preface written on them) are never registered, since one carries many streams;
-their calls are still clipped. Outside a guarded request the hooks pass
-straight through (one ``ContextVar`` lookup per call).
-
-On timeout or cancel: see above; the TLS handshake runs on a socket object that
-ssl makes from the registered one, so it is bounded by its clipped timeout, not
-shut (as on the urllib3 path).
+Each socket is registered with the guard as soon as it is connected (a pooled one at its
+first write), and shut from outside when the budget ends (``shutdown(SHUT_RDWR)`` wakes a
+blocked ``recv``); a call that starts after the end raises httpcore's own timeout error,
+and the transport raises ``Cancelled`` (or the owner's error). The TLS handshake runs on a
+socket object ssl makes of the registered one: it is bounded by its clipped timeout. The
+guard lets its sockets go when httpcore returns or fails (from there the body's
+:class:`~.body.Shutter` guards the socket; one back in the pool is never shut). HTTP/2
+sockets (ALPN ``h2``, or the preface written on them) carry many streams and are never
+registered, only clipped. Outside a guarded request the hooks pass straight through.
 """
 
 from __future__ import annotations
@@ -61,8 +43,6 @@ from .._http.resolve import addresses_bounded, is_ip_literal
 from .._http.shutter import SocketSet
 
 __all__ = [
-    "HEAD",
-    "HeadGuard",
     "connect_tcp",
     "connect_unix_socket",
     "head_phase",
@@ -92,13 +72,7 @@ class HeadGuard:
         self._until = until
         self.progress = RequestProgress(budget.clock.now)
         self._sockets = SocketSet()
-        self._unregister: Callable[[], None] = _noop
-        self._unregister = budget.on_done(self._fire)
-
-    @property
-    def fired(self) -> bool:
-        """The budget ended and the sockets were shut."""
-        return self._sockets.fired
+        self._unregister: Callable[[], None] = budget.on_done(self._fire)
 
     def check(self) -> None:
         """``budget.check()``, the ``Cancelled`` saying where the request was."""
@@ -118,10 +92,9 @@ class HeadGuard:
         if head and self._until is not None:
             left = min(left, self._until - time.monotonic())
         if left <= 0:
-            ended = self.budget.ended
             raise error(
                 "the budget ended before the response headers arrived"
-                if ended
+                if self.budget.ended
                 else "no response headers within the first-event limit"
             )
         if math.isinf(left):

@@ -1,59 +1,31 @@
 """An HTTP/2 event stream's end, made from outside: the h2 stream reset, its reader woken.
 
-One HTTP/2 connection carries many streams over one socket, and httpcore reads it
-for all of them: whichever stream's reader needs an event reads the socket (under
-the connection's read lock) and files what it read under each stream's id. A
-guarded stream's reader thread blocked in that read wakes only when something
-arrives on the connection. So when the stream ends early (its idle or first-event
-limit, the budget's end, ``close()``), :meth:`H2Stream.shut`:
+httpcore reads an HTTP/2 connection for all its streams: whichever stream's reader needs
+an event reads the socket (under the connection's read lock) and files what it read under
+each stream's id, so a guarded stream's reader thread wakes only when something arrives
+on the connection. When the stream ends early (idle or first-event limit, the budget's
+end, ``close()``), :meth:`H2Stream.shut` resets it (``RST_STREAM``, ``CANCEL``), files a
+``StreamReset`` under its id (its reader raises httpcore's ``RemoteProtocolError`` as soon
+as it looks), and wakes the reader: when no other stream is open, the connection takes no
+new request and its socket is shut from outside (the reader closes it on its way out, so
+the pool drops it); else a ``PING``, whose answer wakes whichever reader holds the read
+lock, repeated from the watchdog thread every ``NUDGE_EVERY`` s at most ``NUDGES`` times
+(the lock is not fair), the socket shut as soon as no other stream is open. The other
+streams never see a difference. A stream whose body ended any other way before its end is
+reset by :meth:`H2Stream.release`; one read to its end stays in the pool.
 
-* resets the stream in the connection's h2 state (``RST_STREAM``, ``CANCEL``), so
-  the server stops sending it and frees its slot;
-* files a ``StreamReset`` of our own under the stream's id, so its reader raises
-  as soon as it looks (httpcore's ``RemoteProtocolError``) and lets go;
-* when no other stream is open on the connection, closes the connection to new
-  requests (httpcore's pool sends them on a new one) and shuts its socket from
-  outside (``shutdown(SHUT_RDWR)``), which wakes the reader at once; the reader
-  closes the socket on its way out (:meth:`H2Stream.release`), so the pool drops
-  a closed connection;
-* when other streams are open, sends a ``PING`` instead: its answer wakes
-  whichever reader is in the read, which files it and lets the read lock go,
-  and our reader, once it has the lock, sees its reset. The other streams keep
-  the connection and never see a difference. A lock is not fair: the reader
-  that let it go may take it again before ours wakes, so while our reader is still in, the
-  watchdog thread sends another PING every ``NUDGE_EVERY`` seconds, at most
-  ``NUDGES`` times (1 s), and shuts the socket as soon as no other stream is
-  open. A server that answers no PING while every other stream on the
-  connection is silent leaves our reader in until something arrives, the last
-  other stream ends, or the read timeout passes; the caller's error is on time
-  whatever happens.
+The one module that reads httpcore's private HTTP/2 state (httpcore2 and httpcore 1.x):
+``_httpcore_stream._stream`` under httpx's response stream, the byte stream's
+``_connection`` and ``_stream_id``, and the connection's ``_h2_state`` (h2's
+``H2Connection``, through its public API), ``_events``, ``_state``, ``_state_lock``,
+``_write_lock`` and ``_network_stream``. :func:`h2_stream` checks each and returns
+``None`` for any other shape; ``shape_problems`` lists what a version lacks.
 
-A stream whose body ended any other way before it was read to its end (an error
-event, an event over the cap, the body cut) is reset by :meth:`H2Stream.release`
-in the reader thread. A stream read to its end is left as it is: its
-connection stays in the pool.
-
-This is the one module that reads httpcore's private HTTP/2 state (httpcore2 and
-httpcore 1.x; the same names in both): the pool stream under httpx's response
-stream (``_httpcore_stream._stream``), the ``HTTP2ConnectionByteStream``'s
-``_connection`` and ``_stream_id``, and the ``HTTP2Connection``'s ``_h2_state``
-(the ``h2`` package's ``H2Connection``, used through its public API),
-``_events``, ``_state``, ``_state_lock``, ``_write_lock`` and ``_network_stream``
-(httpcore's public network-stream interface). :func:`h2_stream` checks every one
-of them and returns ``None`` for any other shape, and ``shape_problems`` lists
-what a version lacks (a test runs it against each installed httpcore).
-
-Locks: the h2 state and the stream's event list are changed under the
-connection's ``_state_lock`` (where httpcore2 feeds h2 what it read and closes
-streams), with its ``_write_lock`` held around it when it can be had within
-``WRITE_WAIT`` (the lock order httpcore's own writes imply: the write lock, then
-the state lock), so the frames go out whole, in order with httpcore's own.
-httpcore itself changes the h2 state from several threads without one lock for
-all of them (a new request's headers, a reader's acknowledgements); this module
-adds no pattern it does not already use. What cannot be known from here: a
-request that has passed the connection's state check but not yet opened its
-stream when the last stream is stopped; it then fails as it would if the server
-had closed the connection.
+Locks: the h2 state and the stream's events are changed under the connection's
+``_state_lock``, inside its ``_write_lock`` when that can be had within ``WRITE_WAIT`` (the
+order httpcore's own writes use), so our frames go out whole and in order. A request past
+the connection's state check but not yet on its stream when the last stream is stopped
+fails as it would if the server had closed the connection.
 """
 
 from __future__ import annotations
@@ -69,9 +41,10 @@ from typing import Any, List, Optional, Tuple
 
 from .._core import watchdog
 from .._http.shutter import shutdown_socket
+from .body import socket_of
 from .cores import ClassLookup, pooled_body
 
-__all__ = ["WRITE_WAIT", "H2Stream", "h2_stream", "shape_problems"]
+__all__ = ["H2Stream", "h2_stream", "shape_problems"]
 
 _log = logging.getLogger("watchdog_sync")
 _HTTP2 = b"HTTP/2"
@@ -93,13 +66,11 @@ _CONNECTION_ATTRIBUTES = (
 def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
     """The :class:`H2Stream` under an httpx response, ``None`` unless it is an HTTP/2
     response of httpcore's own connection, of the shape this module knows."""
-    extensions = getattr(response, "extensions", None) or {}
-    if extensions.get("http_version") != _HTTP2:
+    sock = socket_of(response, (_HTTP2,))
+    classes = None if sock is None else _classes(lib)
+    if sock is None or classes is None:
         return None
-    classes = _classes(lib)
-    if classes is None:
-        return None
-    response_stream, byte_stream, connection_class, closed_state, h2_events, h2_errors = classes
+    response_stream, byte_stream, connection_class, *h2 = classes
     if type(response.stream) is not response_stream:
         return None
     _, body, connection = pooled_body(response)
@@ -108,17 +79,12 @@ def h2_stream(response: Any, lib: Any) -> Optional[H2Stream]:
     stream_id = getattr(body, "_stream_id", None)
     if type(connection) is not connection_class or not isinstance(stream_id, int):
         return None
-    if any(not hasattr(connection, name) for name in _CONNECTION_ATTRIBUTES):
-        return None
+    # Its attributes are those shape_problems found on the class's instances.
     if not isinstance(connection._events, dict) or stream_id not in connection._events:
-        return None
-    get_extra_info = getattr(extensions.get("network_stream"), "get_extra_info", None)
-    sock = get_extra_info("socket") if callable(get_extra_info) else None
-    if not isinstance(sock, socket.socket):
         return None
     if not isinstance(connection._network_stream, _Turns):
         connection._network_stream = _Turns(connection._network_stream)
-    return H2Stream(connection, stream_id, sock, closed_state, h2_events, h2_errors)
+    return H2Stream(connection, stream_id, sock, *h2)
 
 
 def shape_problems(core_name: str) -> List[str]:
@@ -173,15 +139,10 @@ class _Turns:
     """httpcore's network stream of an HTTP/2 connection, whose writes let another thread
     have its turn at the connection's read lock first.
 
-    After each read, httpcore's reader lets the read lock go, writes what h2 has to
-    send (often nothing), and takes the lock again for its next read. A lock is not
-    fair: the thread that lets it go takes it again before a waiting one has woken,
-    and then holds it across a read that lasts until the connection's next frame (with
-    plain httpx2, a second request on a connection whose one stream is quiet often
-    waits for the read timeout). A guarded stream always has a reader in that read, so
-    a connection that carries one gets this stream, whose ``write`` first gives the
-    interpreter and the CPU up for an instant (``time.sleep(0)``), so a writer waiting
-    for the read lock gets its turn.
+    After each read, httpcore's reader lets the read lock go, writes what h2 has to send
+    (often nothing) and takes the lock again for a read that lasts until the next frame.
+    The lock is not fair, and a guarded stream always has a reader in that read, so each
+    ``write`` first yields the CPU (``time.sleep(0)``): a thread waiting for the lock gets it.
     """
 
     __slots__ = ("_inner",)
@@ -197,12 +158,6 @@ class _Turns:
         time.sleep(0)
         self._inner.write(buffer, timeout)
 
-    def close(self) -> None:
-        self._inner.close()
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
@@ -217,17 +172,17 @@ class H2Stream:
     """
 
     __slots__ = (
+        "_cancel",
         "_closed_state",
         "_connection",
-        "_errors",
-        "_events",
         "_lock",
+        "_protocol_error",
         "_released",
         "_shut_socket",
         "_sock",
         "_stopped",
         "_stream_id",
-        "fired",
+        "_stream_reset",
     )
 
     def __init__(
@@ -236,23 +191,21 @@ class H2Stream:
         stream_id: int,
         sock: socket.socket,
         closed_state: Any,
-        h2_events: Any,
-        h2_errors: Any,
+        stream_reset: Any,
+        protocol_error: Any,
+        cancel: Any,
     ) -> None:
         self._connection = connection
         self._stream_id = stream_id
         self._sock = sock
         self._closed_state = closed_state
-        self._events = h2_events
-        self._errors = h2_errors
+        self._stream_reset = stream_reset  # h2's events.StreamReset
+        self._protocol_error = protocol_error  # h2's exceptions.ProtocolError
+        self._cancel = cancel  # h2's ErrorCodes.CANCEL
         self._lock = threading.Lock()  # shut() and release() one at a time
         self._stopped = False
         self._released = False
         self._shut_socket = False
-        self.fired = False  # shut() found the stream open and ended it
-
-    def __repr__(self) -> str:
-        return f"<H2Stream {self._stream_id} fired={self.fired} shut={self._shut_socket}>"
 
     def shut(self) -> None:
         """End the stream from outside: reset it, and wake its reader (shut the socket
@@ -267,7 +220,6 @@ class H2Stream:
                     events = connection._events.get(self._stream_id)
                     if events is None or not self._reset():
                         return  # the reader has closed it, or it was read to its end
-                    self.fired = True
                     events.append(self._reset_event())
                     alone = self._ping_unless_alone()
                     data = connection._h2_state.data_to_send() if writable else b""
@@ -332,10 +284,10 @@ class H2Stream:
         """With ``_state_lock`` held: True when no other stream is open (the connection
         then takes no new request), else a PING is queued (False)."""
         connection = self._connection
-        if self._open_streams() == 0:
+        if connection._h2_state.open_outbound_streams == 0:  # ours is reset by now
             connection._state = self._closed_state  # new requests go to a new connection
             return True
-        with contextlib.suppress(self._errors.ProtocolError):
+        with contextlib.suppress(self._protocol_error):
             connection._h2_state.ping(_PING)
         return False
 
@@ -354,20 +306,14 @@ class H2Stream:
         if stream is None or stream.closed:
             return False
         try:
-            h2_state.reset_stream(self._stream_id, error_code=self._errors.ErrorCodes.CANCEL)
-        except self._errors.ProtocolError:
+            h2_state.reset_stream(self._stream_id, error_code=self._cancel)
+        except self._protocol_error:
             return False  # closed under us (a GOAWAY, the server's own reset)
         return True
 
-    def _open_streams(self) -> int:
-        """With ``_state_lock`` held: the streams still open on the connection (ours is
-        reset by now, and so is every other stream this module stopped)."""
-        return int(self._connection._h2_state.open_outbound_streams)
-
     def _reset_event(self) -> Any:
         """A ``StreamReset`` for our stream, as h2 makes one when it resets a stream."""
-        make = self._events.StreamReset
-        code = self._errors.ErrorCodes.CANCEL
+        make, code = self._stream_reset, self._cancel
         try:
             return make(stream_id=self._stream_id, error_code=code, remote_reset=False)
         except TypeError:  # h2 before 4.2: the fields are set after construction
@@ -398,31 +344,20 @@ def _held(lock: Any, timeout: float) -> Any:
 
 
 def _find_classes(name: str, core: str) -> Optional[Tuple[Any, ...]]:
-    """(httpx's ResponseStream, HTTP2ConnectionByteStream, HTTP2Connection, its CLOSED
-    state, h2.events, an object with h2's ProtocolError and ErrorCodes)."""
+    """(httpx's ResponseStream, HTTP2ConnectionByteStream, HTTP2Connection, then
+    :class:`H2Stream`'s: the CLOSED state, h2's StreamReset, ProtocolError, CANCEL)."""
     if shape_problems(core):
         return None
     http2 = importlib.import_module(f"{core}._sync.http2")
-    h2_errors = _H2Errors(
-        importlib.import_module("h2.exceptions").ProtocolError,
-        importlib.import_module("h2.errors").ErrorCodes,
-    )
     return (
         importlib.import_module(f"{name}._transports.default").ResponseStream,
         http2.HTTP2ConnectionByteStream,
         http2.HTTP2Connection,
         http2.HTTPConnectionState.CLOSED,
-        importlib.import_module("h2.events"),
-        h2_errors,
+        importlib.import_module("h2.events").StreamReset,
+        importlib.import_module("h2.exceptions").ProtocolError,
+        importlib.import_module("h2.errors").ErrorCodes.CANCEL,
     )
 
 
 _classes = ClassLookup(_find_classes, "no HTTP/2 stream control")
-
-
-class _H2Errors:
-    __slots__ = ("ErrorCodes", "ProtocolError")
-
-    def __init__(self, protocol_error: Any, error_codes: Any) -> None:
-        self.ProtocolError = protocol_error
-        self.ErrorCodes = error_codes

@@ -1,27 +1,17 @@
 """Where :mod:`.head`'s hooks reach into httpcore: the one module that touches its private names.
 
-httpcore (httpcore2, and httpcore 1.x under httpx 0.28) has one public way in to
-its network calls: the network backend a ``ConnectionPool`` is built with
-(``network_backend=``). httpx's ``HTTPTransport`` builds its pool with none,
-which means a ``SyncBackend``. So:
+httpcore (httpcore2, and httpcore 1.x under httpx 0.28) has one public way in to its network
+calls: the network backend a ``ConnectionPool`` is built with, a ``SyncBackend`` in httpx's
+``HTTPTransport``. :class:`HTTPXTransport` puts a bounded backend in front of it
+(:func:`bound_pool`, through ``transport._pool`` and ``pool._network_backend``); the streams
+it opens carry the hooks as instance attributes, so they stay httpcore's own ``SyncStream``,
+the shape :mod:`.feed` reads. A pool with another backend is left alone. :func:`instrument`
+patches the classes instead (:func:`class_patches`, ``SyncStream`` from httpcore's private
+``_backends.sync``), so connections opened before it ran are bounded too.
 
-* :class:`HTTPXTransport` (and so :func:`httpx_client`) puts a bounded backend
-  in front of the ``SyncBackend`` of the pool of the ``HTTPTransport`` it wraps
-  (:func:`bound_pool`; ``transport._pool`` and ``pool._network_backend`` are the
-  two private names). Each stream that backend opens carries the hooks as
-  instance attributes (``read``, ``write``, ``start_tls``), so it stays
-  httpcore's own ``SyncStream``, the one shape the body reader of event
-  streams takes (``feed.py``). A pool with another backend is left alone.
-* :func:`instrument` patches the classes instead (:func:`class_patches`:
-  ``SyncBackend.connect_tcp``, ``connect_unix_socket``, ``sleep``;
-  ``SyncStream.read``, ``write``, ``start_tls``, the latter from httpcore's
-  private ``_backends.sync`` module), so connections opened before it ran are
-  bounded too, and its undo restores the classes exactly.
-
-:func:`shapes` says, for each installed httpx, whether these names are where this
-module expects them; a test checks it for the versions we support. Where they
-moved, nothing is hooked, and the transport's check when httpcore returns still
-holds (work that ends past its deadline is never a success).
+:func:`shapes` says, for each installed httpx, whether these names are where this module
+expects them (a test checks it). Where they moved nothing is hooked, and the transport's
+check when httpcore returns still holds.
 """
 
 from __future__ import annotations
@@ -31,27 +21,25 @@ import importlib
 import inspect
 import logging
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from .._http.patches import PatchSet
 from . import head
 from .cores import CORES, ClassLookup
 
-__all__ = ["bound_pool", "class_patches", "hook_stream", "shapes"]
+__all__ = ["bound_pool", "class_patches", "shapes"]
 
 _log = logging.getLogger("watchdog_sync")
 _Fn = Callable[..., Any]
 
 
-class _Core:
-    """One httpcore: the module (its public errors and classes) and its ``SyncStream``."""
+class _Core(NamedTuple):
+    """One httpcore: the module (its public errors and classes), its ``SyncStream`` and our
+    bounded backend class over its ``NetworkBackend``."""
 
-    __slots__ = ("backend_class", "module", "stream_class")
-
-    def __init__(self, module: Any, stream_class: Any, backend_class: Any) -> None:
-        self.module = module
-        self.stream_class = stream_class
-        self.backend_class = backend_class
+    module: Any
+    stream_class: Any
+    backend_class: Any
 
 
 def _find_core(name: str, core_name: str) -> _Core:
@@ -150,28 +138,15 @@ class _BoundedBackend:
         self._core = core
         self._inner = inner
 
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: Any = None,
-        local_address: Optional[str] = None,
-        socket_options: Any = None,
-    ) -> Any:
-        inner = self._inner
-        original = type(inner).connect_tcp
-        args = (host, port, timeout, local_address, socket_options)
-        stream = head.connect_tcp(self._core.module, original, inner, *args)
-        return hook_stream(self._core, stream)
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        return self._connected(head.connect_tcp, "connect_tcp", args, kwargs)
 
-    def connect_unix_socket(
-        self, path: str, timeout: Any = None, socket_options: Any = None
-    ) -> Any:
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
+        return self._connected(head.connect_unix_socket, "connect_unix_socket", args, kwargs)
+
+    def _connected(self, hook: _Fn, name: str, args: Any, kwargs: Any) -> Any:
         inner = self._inner
-        original = type(inner).connect_unix_socket
-        stream = head.connect_unix_socket(
-            self._core.module, original, inner, path, timeout, socket_options
-        )
+        stream = hook(self._core.module, getattr(type(inner), name), inner, *args, **kwargs)
         return hook_stream(self._core, stream)
 
     def sleep(self, seconds: float) -> None:

@@ -1,95 +1,66 @@
 """An event stream read through HTTPXTransport on a reader thread of its own.
 
-The reader thread of a guarded SDK stream decodes a compressed body
-(:mod:`~.._stream.coding`), frames it with :class:`~.framing.EventFramer` and
-hands on every whole event as soon as it is framed, read by the one set of
-stream rules (:mod:`~.._stream.wire`): events that are not activity (comments,
-data-less events, Anthropic's keep-alive) are handed on too but never restart
-the idle clock, which is what lets the idle watchdog end a stream that only
-pings; a known format cut before its terminal event raises
-``StreamProtocolError('no_finish_reason')``.
+The reader thread decodes a compressed body (:mod:`~.._stream.coding`), frames it and hands
+on every whole event as soon as it is framed, by the stream rules of :mod:`~.._stream.wire`
+(an event that is not activity is handed on but never restarts the idle clock).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Union
 
 from .._stream.coding import StreamDecoder, is_identity
 from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits
 from .._stream.stream import GuardedStream, guard_source
 from .._stream.wire import EventWatch, Gate, is_activity
+from .body import Shutter
+from .http2 import H2Stream
 
-__all__ = ["Stopper", "decoded_here", "event_source", "first_events", "threaded_events"]
-
-
-class Stopper(Protocol):
-    """What ends a response's body from outside: ``body.Shutter`` (an HTTP/1.x socket) or
-    ``http2.H2Stream`` (one stream of an HTTP/2 connection)."""
-
-    def shut(self) -> None:
-        """End the body from outside (any thread): its reader wakes and lets go."""
-
-    def release(self) -> None:
-        """In the reader thread, when the body ends: nothing may reach it from outside now."""
-
-
-def event_source(
-    pieces: Iterator[bytes],
-    framer: EventFramer,
-    watch: EventWatch,
-    release: Callable[[], None],
-    content_encoding: str = "identity",
-) -> Iterator[bytes]:
-    """The body as whole events, each handed on as soon as it is framed.
-
-    A body sent with a ``content_encoding`` is decoded first (the caller tells
-    httpx it is not encoded any more); one this cannot decode raises at the
-    first read. ``release`` runs when the generator ends, whichever way (in the
-    reader thread that iterates it).
-    """
-    try:
-        decoder = None if is_identity(content_encoding) else StreamDecoder(content_encoding)
-        pass_on = Gate(framer, watch.note).pass_on
-        for piece in pieces:
-            for payload in (piece,) if decoder is None else decoder.pieces(piece):
-                items, failure = pass_on(payload)
-                yield from items
-                if failure is not None:
-                    raise failure
-        watch.end()
-        if decoder is not None:
-            decoder.finish()
-    finally:
-        release()
+__all__ = ["decoded_here", "first_events", "threaded_events"]
 
 
 def threaded_events(
     inner: Any,
     framer: EventFramer,
     watch: EventWatch,
-    shutter: Stopper,
+    shutter: Union[Shutter, H2Stream],
     limits: StreamLimits,
     content_encoding: str = "identity",
 ) -> GuardedStream[bytes]:
     """The guarded events of the body ``inner`` (httpx's stream), read by a thread of their own.
 
-    Call it inside ``using_budget(budget)``. The reader thread closes ``inner``
-    when the source ends, whichever way; an idle timeout, the budget's end or
-    ``close()`` end the body from outside first (``shutter``: the socket shut, or
-    over HTTP/2 the stream reset and its reader woken).
+    Call it inside ``using_budget(budget)``. A body sent with a ``content_encoding`` is
+    decoded first (the caller tells httpx it is not encoded any more); one this cannot
+    decode raises at the first read. The reader thread closes ``inner`` when the source
+    ends, whichever way; an idle timeout, the budget's end or ``close()`` end the body from
+    outside first (``shutter``: the socket shut, or over HTTP/2 the stream reset and its
+    reader woken).
     """
     pieces = iter(inner)
 
-    def let_go() -> None:  # in the reader thread, when the source ends
-        shutter.release()
-        close = getattr(pieces, "close", None)
-        if close is not None:
-            close()
-        inner.close()
+    def source() -> Iterator[bytes]:  # iterated by the reader thread
+        try:
+            decoder = None if is_identity(content_encoding) else StreamDecoder(content_encoding)
+            pass_on = Gate(framer, watch.note).pass_on
+            for piece in pieces:
+                for payload in (piece,) if decoder is None else decoder.pieces(piece):
+                    items, failure = pass_on(payload)
+                    yield from items
+                    if failure is not None:
+                        raise failure
+            watch.end()
+            if decoder is not None:
+                decoder.finish()
+        finally:
+            shutter.release()
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()
+            inner.close()
 
-    source = event_source(pieces, framer, watch, let_go, content_encoding)
-    return guard_source(source, source, limits, on_timeout=shutter.shut, active=is_activity)
+    events = source()
+    return guard_source(events, events, limits, on_timeout=shutter.shut, active=is_activity)
 
 
 def decoded_here(response: Any) -> str:

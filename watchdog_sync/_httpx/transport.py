@@ -1,21 +1,13 @@
 """HTTPXTransport: an httpx2 (or httpx) transport whose every request is bounded by the budget.
 
-It wraps another transport (by default the library's own ``HTTPTransport``) and, for
-each request: clips its timeouts to the budget's remaining time; bounds the connect
-and the response head (``1xx`` included) through httpcore's network calls
-(:mod:`.head`, hooked in by :mod:`.httpcore_hooks`); checks the budget when the
-wrapped transport returns (an answer past the deadline is closed and raises);
-registers an HTTP/1.x response's socket with the budget while the response is open
-(its end shuts it from outside; closing the response lets it go before the pool can
-take the connection back; an HTTP/2 event stream is reset instead, :mod:`.http2`);
-guards a ``text/event-stream`` body by the stream rules (an HTTP/1.1 body on
-httpcore's own sockets read by its consumer, :mod:`.feed`; any other on a reader
-thread of its own, :mod:`.sse`); sends a streaming request again when it stays
-silent before its first event, only outside a retry owner (one retry owner); sets
-the deadline headers with ``propagate=True`` (:mod:`.call`); reports the call to
-observers. The budget's end raises ``Cancelled`` inside a ``deadline()`` scope
-(which the scope converts); with ``budget=`` and no scope it raises
-:class:`DeadlineExceeded` / :class:`OperationCancelled` itself.
+Each request's timeouts are clipped to the time left; the connect and the response head
+are bounded through httpcore's network calls (:mod:`.head`, hooked in by
+:mod:`.httpcore_hooks`); an answer that comes past the deadline is closed and raises. An
+HTTP/1.x response's socket is shut at the budget's end while the response is open (an
+HTTP/2 event stream is reset instead, :mod:`.http2`). A ``text/event-stream`` body is
+guarded by the stream rules: an HTTP/1.1 body on httpcore's own sockets is read by its
+consumer (:mod:`.feed`), any other on a reader thread of its own (:mod:`.sse`). A
+streaming request silent before its first event is sent again, only outside a retry owner.
 """
 
 from __future__ import annotations
@@ -42,14 +34,7 @@ from .._stream.limits import StreamLimits, first_event_error, stream_limits
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .._stream.wire import EventWatch
 from .body import BoundedBody, EventBody, Shutter, as_stream_of, socket_of
-from .call import (
-    MarkedBody,
-    asks_for_stream,
-    body_in_memory,
-    call_mark,
-    mark_deadline,
-    marked_body_of,
-)
+from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
 from .feed import fed_events
 from .head import head_phase
 from .http2 import h2_stream
@@ -83,53 +68,45 @@ class HTTPXTransport(_Base):
     """An httpx2 (or httpx) transport whose every request is bounded by a budget.
 
     Args:
-        transport: the transport to wrap (an ``httpx2`` or ``httpx``
-            ``BaseTransport``); by default ``httpx2.HTTPTransport()`` (or
-            ``httpx.HTTPTransport()`` when only httpx is installed). The
-            instance is a ``BaseTransport`` of the same library.
-        idle_timeout: the longest gap between data events of a
-            ``text/event-stream`` body. Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT``
-            or 120 s, read when the transport is made. An idle limit: ``None``,
-            ``inf`` or any value ``<= 0`` turns it off (the budget still applies).
-        first_event_timeout: the longest wait from sending a streaming request
-            to its first data event, response headers included (default:
-            ``idle_timeout``; ``<= 0`` or ``inf``: off; ``None`` means "as
-            ``idle_timeout``", deprecated as for :func:`stream_sse`). A stream
-            silent that long is sent again (at most twice, within the budget)
-            when nothing was delivered yet (a streaming request: ``Accept:
-            text/event-stream``, ``"stream": true`` or a Gemini
-            ``:streamGenerateContent`` / ``alt=sse`` URL), unless the request runs inside a
-            ``retry_call`` attempt: then it raises ``StreamIdleTimeout``
-            (retryable) and the retry owner decides.
-        budget: a budget every request runs under, with the current
-            ``deadline()`` scope's (the tighter wins).
+        transport: the transport to wrap (an ``httpx2`` or ``httpx`` ``BaseTransport``); by
+            default ``httpx2.HTTPTransport()`` (or ``httpx.HTTPTransport()`` when only httpx is
+            installed). The instance is a ``BaseTransport`` of the same library.
+        idle_timeout: the longest gap between data events of a ``text/event-stream`` body.
+            Default: ``WATCHDOG_SYNC_IDLE_TIMEOUT`` or 120 s, read when the transport is made.
+            An idle limit: ``None``, ``inf`` or any value ``<= 0`` turns it off (the budget
+            still applies).
+        first_event_timeout: the longest wait from sending a streaming request to its first data
+            event, response headers included (default: ``idle_timeout``; ``<= 0`` or ``inf``:
+            off; ``None`` means "as ``idle_timeout``", deprecated as for :func:`stream_sse`). A
+            stream silent that long is sent again (at most twice, within the budget) when
+            nothing was delivered yet (a streaming request: ``Accept: text/event-stream``,
+            ``"stream": true`` or a Gemini ``:streamGenerateContent`` / ``alt=sse`` URL), unless
+            the request runs inside a ``retry_call`` attempt: then it raises
+            ``StreamIdleTimeout`` (retryable) and the retry owner decides.
+        budget: a budget every request runs under, with the current ``deadline()`` scope's (the
+            tighter wins).
         max_event_bytes: the largest event accepted (default 8 MiB).
-        propagate: ``True``: every send (each attempt, each resend of a silent
-            stream, each redirect hop httpx makes) carries the remaining budget
-            as ``grpc-timeout`` and ``x-envoy-upstream-rq-timeout-ms``, computed
-            when it is sent; none when no budget is bounded, and none to
-            another origin than the one the call's first request went to. Off
-            by default. (An addition to the contract's signature.)
+        propagate: ``True``: every send (each attempt, each resend of a silent stream, each
+            redirect hop httpx makes) carries the remaining budget as ``grpc-timeout`` and
+            ``x-envoy-upstream-rq-timeout-ms``, computed when it is sent; none when no budget is
+            bounded, and none to another origin than the one the call's first request went to.
+            Off by default. (An addition to the contract's signature.)
 
-    On timeout or cancel: inside a ``deadline()`` scope a request (or a body
-    read) raises ``Cancelled`` when the budget ends, and the scope turns it
-    into :class:`DeadlineExceeded` / :class:`OperationCancelled`; with
-    ``budget=`` and no scope the request raises those itself. Every phase
-    ends at the budget's end: name resolution, connect, TLS, sending, the
-    response head (``1xx`` interim responses included: each read waits at
-    most the time left, and the socket is shut from outside), the body; what
-    runs below a wrapped transport that is not httpx's own is checked when it
-    returns (an answer past the deadline raises). A silent event
+    On timeout or cancel: inside a ``deadline()`` scope a request (or a body read) raises
+    ``Cancelled`` when the budget ends, and the scope turns it into :class:`DeadlineExceeded` /
+    :class:`OperationCancelled`; with ``budget=`` and no scope the request raises those itself.
+    Every phase ends at the budget's end: name resolution, connect, TLS, sending, the response
+    head (``1xx`` interim responses included: each read waits at most the time left, and the
+    socket is shut from outside), the body; what runs below a wrapped transport that is not
+    httpx's own is checked when it returns (an answer past the deadline raises). A silent event
     stream raises :class:`StreamIdleTimeout`; an event over the cap
-    ``StreamProtocolError('event_too_large')``; a stream cut before its
-    terminal event ``StreamProtocolError('no_finish_reason')`` (a Gemini stream's
-    terminal event is a candidate with ``finishReason``); an Anthropic ``error``
-    event or a Gemini error payload an :class:`HTTPStatusError`
-    (``overloaded_error``: 529; Gemini: its ``code``).
-    Transport failures keep httpx's own exception types. Over HTTP/2
-    (``http2=True``) an event stream that stops before its end is reset
-    (``RST_STREAM``) and its reader thread ends at once; the connection's socket
-    is shut only when no other stream is open on it.
+    ``StreamProtocolError('event_too_large')``; a stream cut before its terminal event
+    ``StreamProtocolError('no_finish_reason')`` (a Gemini stream's terminal event is a candidate
+    with ``finishReason``); an Anthropic ``error`` event or a Gemini error payload an
+    :class:`HTTPStatusError` (``overloaded_error``: 529; Gemini: its ``code``). Transport
+    failures keep httpx's own exception types. Over HTTP/2 (``http2=True``) an event stream that
+    stops before its end is reset (``RST_STREAM``) and its reader thread ends at once; the
+    connection's socket is shut only when no other stream is open on it.
 
     Example::
 
@@ -246,11 +223,11 @@ class HTTPXTransport(_Base):
             send += 1
             started = time.monotonic()
             live = dict(timeouts)
-            first_bound = streaming and _shorter(self._limits.first, live.get("read"))
-            head_until = None
-            if first_bound and self._limits.first is not None:
-                live["read"] = self._limits.first  # the headers are part of the first-event wait
-                head_until = started + self._limits.first  # for the whole head, not per read
+            first, read = self._limits.first, live.get("read")
+            head_until = None  # the headers are part of the first-event wait, as a whole
+            if streaming and first is not None and (read is None or first < read):
+                live["read"] = first
+                head_until = started + first
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             if self._propagate or _propagation.forced():
                 mark_deadline(request, budget)  # computed now, for this send
@@ -262,14 +239,17 @@ class HTTPXTransport(_Base):
                 finally:
                     BOUND.reset(token)
             except Exception as exc:
-                if not (budget.ended or (first_bound and _is_read_timeout(exc))):
+                if not (budget.ended or (head_until is not None and _is_read_timeout(exc))):
                     raise
                 response = None  # raised below, outside the handler: the httpx error (and
                 # the request it holds, credentials included) is not chained to ours
             if response is not None and budget.ended:
                 # A part below nothing could interrupt returned past the deadline: no success.
-                _close_quietly(response)
-                budget.check()  # past it, whatever it returned: nothing was interrupted
+                try:
+                    response.close()
+                except Exception:
+                    _log.debug("watchdog_sync: closing a late response raised", exc_info=True)
+                budget.check()
             if response is None:
                 head.check()  # the budget's end caused it: say so, and where
                 if replayable and may_send_again(send, budget):
@@ -278,7 +258,9 @@ class HTTPXTransport(_Base):
                 raise self._first_event_error(send, time.monotonic() - started, head.progress.phase)
             live["read"] = timeouts.get("read")  # body reads: the caller's read timeout
             if not _is_event_stream(response):
-                return self._bounded(response, budget, owner, release)
+                sock = socket_of(response)
+                response.stream = self._bounded_body(response.stream, sock, budget, owner, release)
+                return response
             may_resend = replayable and may_send_again(send, budget)
             try:
                 return self._guarded(
@@ -290,16 +272,6 @@ class HTTPXTransport(_Base):
     def _first_event_error(self, sends: int, lifetime: float, at: Any) -> StreamIdleTimeout:
         assert self._limits.first is not None
         return first_event_error(self._limits.first, sends, lifetime, phase=at)
-
-    def _bounded(
-        self, response: Any, budget: Budget, owner: Budget, release: Callable[[], None]
-    ) -> Any:
-        sock = socket_of(response)
-        shutter = Shutter(budget, sock)
-        response.stream = self._bounded_body(
-            response.stream, shutter, budget, owner, release, check_each=sock is None
-        )
-        return response
 
     def _guarded(
         self,
@@ -331,8 +303,11 @@ class HTTPXTransport(_Base):
             first = max(_FLOOR, self._limits.first - (time.monotonic() - started))
         limits = StreamLimits(self._limits.idle, first, first_named=True)  # what this send has left
         with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the one body reader
-            plain = None if encoding else framer
-            fed = fed_events(response, request.method, self._lib, plain, watch, shutter, limits)
+            fed = None
+            if not encoding:  # a compressed body cannot be framed before it is decoded
+                fed = fed_events(
+                    response, request.method, self._lib, framer, watch, shutter, limits
+                )
             if fed is None:
                 threaded = threaded_events(
                     response.stream, framer, watch, h2 or shutter, limits, encoding
@@ -344,18 +319,16 @@ class HTTPXTransport(_Base):
         head = None
         try:
             head = first_events(items, self._max_event_bytes)
-        except Exception as exc:
+        except BaseException as exc:
             guarded.close()
             close_connection()
+            if not isinstance(exc, Exception):
+                raise
             failure = exc
             if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
                 if may_resend:
                     raise
                 failure = self._first_event_error(send, time.monotonic() - started, "body")
-        except BaseException:
-            guarded.close()
-            close_connection()
-            raise
 
         def let_go() -> None:
             try:
@@ -380,7 +353,7 @@ def _concrete(lib: Any) -> type:
                 "_lib": lib,
                 "_event_body": as_stream_of(EventBody, lib),
                 "_bounded_body": as_stream_of(BoundedBody, lib),
-                "_marked_body": marked_body_of(lib),
+                "_marked_body": as_stream_of(MarkedBody, lib),
             }
             cls = type("HTTPXTransport", (HTTPXTransport, lib.BaseTransport), namespace)
             _CONCRETE[lib.__name__] = cls
@@ -400,10 +373,6 @@ def _clipped(timeouts: Any, remaining: float) -> Dict[str, Optional[float]]:
     return clipped
 
 
-def _shorter(limit: Optional[float], read: Optional[float]) -> bool:
-    return limit is not None and (read is None or limit < read)
-
-
 def may_send_again(send: int, budget: Budget) -> bool:
     """Only outside a retry owner: inside a ``retry_call`` attempt the owner decides."""
     return send < _MAX_SENDS and budget.remaining() > 0 and not in_retry_attempt()
@@ -417,13 +386,6 @@ def _is_event_stream(response: Any) -> bool:
 
 def _is_read_timeout(exc: BaseException) -> bool:
     return any(klass.__name__ == "ReadTimeout" for klass in type(exc).__mro__)
-
-
-def _close_quietly(response: Any) -> None:
-    try:
-        response.close()
-    except Exception:
-        _log.debug("watchdog_sync: closing a response that came too late raised", exc_info=True)
 
 
 def report_resend(send: int, why: str, budget: Budget) -> None:
