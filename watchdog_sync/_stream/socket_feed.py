@@ -22,7 +22,6 @@ from .._core.budget import Budget
 from .._core.clock import MONOTONIC
 from .._core.errors import Cancelled
 from .limits import StreamLimits
-from .progress import StreamProgress
 from .stream import GuardedStream, started
 from .watch import StreamWatch, quietly
 
@@ -52,7 +51,6 @@ class SocketFeed(Generic[T]):
         self,
         opener: Callable[[SocketFeed[T]], None],
         watch: StreamWatch,
-        progress: StreamProgress,
         on_timeout: Optional[Callable[[], object]],
     ) -> None:
         self._lock = threading.Lock()
@@ -63,7 +61,6 @@ class SocketFeed(Generic[T]):
         self._pending: List[T] = []  # items not from the consumer's read: with the head, ...
         self._on_timeout = on_timeout
         self._unblocked = False
-        self._progress = progress
         self.watch = watch
 
     def start(self) -> None:
@@ -99,7 +96,7 @@ class SocketFeed(Generic[T]):
         except OpenTimedOut:
             pass  # the idle check reports it
         except (Exception, Cancelled) as exc:
-            self._progress.heard(exc)
+            self.watch.heard(exc)
             self.body_ended(exc, completed=False)
 
     def _next(self, watch: StreamWatch) -> Optional[Iterator[T]]:
@@ -145,13 +142,8 @@ class SocketFeed(Generic[T]):
                     items = []  # the stream ended meanwhile: nothing more is handed out
         if not items:
             return None
-        self._arrived(len(items))
+        watch.arrived(len(items))
         return watch.hand_out(items, wait_from)
-
-    def _arrived(self, count: int) -> None:
-        self._progress.got(count)
-        if self.watch.first_item():
-            self.watch.announce_first()
 
     # -- the body's side -------------------------------------------------------
 
@@ -163,7 +155,7 @@ class SocketFeed(Generic[T]):
         """From the opener: the consumer reads ``body`` whenever no item waits."""
         with self._lock:
             self._body = body
-        self._progress.head_in()
+        self.watch.head_in()
         self._let_go()  # stopped while it opened: nobody will read it
 
     def offer(self, items: List[T]) -> None:
@@ -175,7 +167,7 @@ class SocketFeed(Generic[T]):
             if self.watch.stopping:
                 return
             self._pending.extend(items)
-        self._arrived(len(items))
+        self.watch.arrived(len(items))
 
     def body_ended(self, error: Optional[BaseException], completed: bool) -> None:
         """The body is done (its error, if any, is raised once the items before it are out)."""
@@ -234,7 +226,6 @@ def socket_stream(
 ) -> GuardedStream[T]:
     """The guarded stream whose consumer runs ``opener`` at its first ``next()``, then reads
     the body it attaches."""
-    progress = StreamProgress(MONOTONIC.now)
-    watch = StreamWatch(limits, budgets, explicit, MONOTONIC, active, progress)
-    feed: SocketFeed[T] = SocketFeed(opener, watch, progress, on_timeout)
+    watch = StreamWatch(limits, budgets, explicit, MONOTONIC, active, request=True)
+    feed: SocketFeed[T] = SocketFeed(opener, watch, on_timeout)
     return started(feed)
