@@ -3,7 +3,7 @@
 For a socket-backed body (``stream_sse``, ``ChatClient``, the httpx transport's HTTP/1.1
 streams). The stream's ``opener`` runs in the consumer's thread at the first ``next()``
 (it sends the request and attaches the body); then, each time no item waits, the consumer
-reads the body once (:meth:`Body.pull`), waiting at most what its
+reads the body once (:meth:`~.pipeline.BodyFeed.pull`), waiting at most what its
 :class:`~.watch.StreamWatch` allows, and takes that read's items as its batch.
 
 On timeout or cancel ``on_timeout`` shuts the socket from outside, which ends a read in
@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from typing import Any, Callable, Generic, Iterator, List, Optional, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, List, Optional, TypeVar
 
 from .._core.budget import Budget
 from .._core.clock import MONOTONIC
@@ -25,19 +25,12 @@ from .limits import StreamLimits
 from .stream import GuardedStream, started
 from .watch import StreamWatch, quietly
 
-__all__ = ["Body", "OpenTimedOut", "SocketFeed", "socket_stream"]
+if TYPE_CHECKING:
+    from .pipeline import BodyFeed
+
+__all__ = ["OpenTimedOut", "SocketFeed", "socket_stream"]
 
 T = TypeVar("T")
-
-
-class Body(Protocol):
-    """What a socket feed reads: one read at a time, in the consumer's thread."""
-
-    def pull(self, timeout: Optional[float]) -> List[Any]:
-        """Read once, waiting at most ``timeout`` (``None``: no limit); the read's items."""
-
-    def end(self, error: Optional[BaseException], eof: bool) -> None:
-        """End the body (once) and let its connection go."""
 
 
 class OpenTimedOut(Exception):
@@ -56,7 +49,7 @@ class SocketFeed(Generic[T]):
         self._lock = threading.Lock()
         self._woken = threading.Condition(self._lock)  # waited on only with no body attached
         self._opener: Optional[Callable[[SocketFeed[T]], None]] = opener
-        self._body: Optional[Body] = None
+        self._body: Optional[BodyFeed[T]] = None
         self._reading = False  # the consumer is in ``body.pull``: that read ends the body
         self._pending: List[T] = []  # items not from the consumer's read: with the head, ...
         self._on_timeout = on_timeout
@@ -97,12 +90,12 @@ class SocketFeed(Generic[T]):
             pass  # the idle check reports it
         except (Exception, Cancelled) as exc:
             self.watch.heard(exc)
-            self.body_ended(exc, completed=False)
+            self.body_ended(exc)
 
     def _next(self, watch: StreamWatch) -> Optional[Iterator[T]]:
         wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
         while True:
-            body: Optional[Body] = None
+            body: Optional[BodyFeed[T]] = None
             timeout = 0.0
             with self._lock:
                 now = watch.now()
@@ -128,7 +121,7 @@ class SocketFeed(Generic[T]):
                 return None
 
     def _pull(
-        self, body: Body, timeout: float, wait_from: Optional[float]
+        self, body: BodyFeed[T], timeout: float, wait_from: Optional[float]
     ) -> Optional[Iterator[T]]:
         """One read of ``body``; its items, unless it brought none or the stream ended."""
         watch = self.watch
@@ -147,11 +140,7 @@ class SocketFeed(Generic[T]):
 
     # -- the body's side -------------------------------------------------------
 
-    def first_item_left(self) -> Optional[float]:
-        """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
-        return self.watch.first_item_left()
-
-    def attach(self, body: Body) -> None:
+    def attach(self, body: BodyFeed[T]) -> None:
         """From the opener: the consumer reads ``body`` whenever no item waits."""
         with self._lock:
             self._body = body
@@ -169,11 +158,11 @@ class SocketFeed(Generic[T]):
             self._pending.extend(items)
         self.watch.arrived(len(items))
 
-    def body_ended(self, error: Optional[BaseException], completed: bool) -> None:
+    def body_ended(self, error: Optional[BaseException]) -> None:
         """The body is done (its error, if any, is raised once the items before it are out)."""
         with self._lock:
             self._body = None
-            self.watch.source_done(error, completed)
+            self.watch.source_done(error, error is None)
             self._woken.notify_all()
 
     # -- ending ----------------------------------------------------------------

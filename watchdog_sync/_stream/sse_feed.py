@@ -126,7 +126,7 @@ class Opener:
     _decoder: Optional[FramingDecoder] = field(default=None, init=False)
 
     def __call__(self, feed: SocketFeed[Any]) -> None:
-        response = self._response = self._send(feed.first_item_left())
+        response = self._response = self._send(feed.watch.first_item_left())
         current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()

@@ -133,18 +133,19 @@ def guard_stream(
     items every ``0.8 * idle_timeout`` never trip it, and a slow consumer never
     causes a timeout; the price is that a source which goes silent while the
     consumer is busy is detected ``idle_timeout`` after the consumer comes back
-    for more. Both are idle limits: ``None``, ``inf`` or any value ``<= 0``
-    turns one off; the budget still applies (and ends a stream whose consumer
+    for more. ``inf`` or any value ``<= 0`` turns either limit off, and so does
+    ``idle_timeout=None`` (``first_item_timeout=None`` is ``idle_timeout``,
+    deprecated); the budget still applies (and ends a stream whose consumer
     never has to wait: it is checked before each batch of buffered items is
     handed over). Values above 7 days are clamped to 7 days.
 
     Args:
         source: any iterable, typically a generator doing blocking reads.
         idle_timeout: seconds allowed between items (float or ``timedelta``);
-            required, no environment default; ``None`` or ``<= 0``: off.
+            required, no environment default; ``None``, ``inf`` or ``<= 0``: off.
         first_item_timeout: seconds allowed until the first item (default:
             ``idle_timeout``); ``<= 0`` or ``inf``: off. ``None`` still means
-            "as ``idle_timeout``" (deprecated: leave it out).
+            "as ``idle_timeout``", with a ``DeprecationWarning``: leave it out.
         budget: the budget to honour; guard_stream is its boundary (its end
             becomes :class:`DeadlineExceeded` / :class:`OperationCancelled`).
             The current ``deadline()`` scope's budget is honoured as well.
