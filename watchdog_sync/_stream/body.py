@@ -14,7 +14,7 @@ from typing import Any, Iterator, List, Optional
 from .._http.translate import MalformedFraming
 from .socket_read import READ_SIZE
 
-__all__ = ["FramingDecoder", "body_pieces", "decoder_for"]
+__all__ = ["FramingDecoder", "body_pieces"]
 
 _MAX_SIZE_LINE = 1024
 _HEX = b"0123456789abcdefABCDEF"
@@ -134,11 +134,6 @@ def _chunk_size(line: bytes) -> Optional[int]:
     return int(line, 16)
 
 
-def decoder_for(response: http.client.HTTPResponse) -> FramingDecoder:
-    """The decoder of ``response``'s body framing (headers already read)."""
-    return FramingDecoder(chunked=bool(response.chunked), length=response.length)
-
-
 def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
     """The decoded body of ``response`` (headers already read), piece by piece.
 
@@ -149,7 +144,7 @@ def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
     fp: Optional[Any] = response.fp
     if fp is None:
         return
-    decoder = decoder_for(response)
+    decoder = FramingDecoder(chunked=bool(response.chunked), length=response.length)
     while not decoder.done:
         data = fp.read1(decoder.wanted())
         if not data:

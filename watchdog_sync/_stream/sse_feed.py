@@ -1,10 +1,9 @@
 """stream_sse's request and body: the opener of a socket feed, and its body's framing.
 
-The request runs in the consumer's thread at its first ``next()``, bounded by the connect
-limit, the first-event limit (the whole response head included) and the stream's budget,
-whose end (a stop, the deadline) shuts the connection from outside. Then the bytes that
-http.client buffered with the headers are decoded, and the socket is read by the one body
-reader (:class:`~.pipeline.BodyFeed`) in the consumer's thread.
+The request is bounded by the connect limit, the first-event limit (the whole response
+head included) and the stream's budget, whose end (a stop, the deadline) shuts the
+connection from outside. Its body, the bytes buffered with the headers first, is read by
+:class:`~.pipeline.BodyFeed` through the :class:`Opener`'s framing.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from .._http.guard import head_until
 from .._http.http import Session
 from .._http.redirect import FOLLOWED_METHODS, is_redirect
 from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
-from .body import FramingDecoder, body_pieces, decoder_for
+from .body import FramingDecoder, body_pieces
 from .framing import EventFramer
 from .parse import parse_events
 from .pipeline import BodyFeed
@@ -139,7 +138,7 @@ class Opener:
             sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
             if sock is not None:
                 sock.settimeout(0)  # for the buffered bytes; the body reader sets it as it reads
-            self._decoder = decoder_for(raw)
+            self._decoder = FramingDecoder(chunked=bool(raw.chunked), length=raw.length)
             body: BodyFeed[Any] = BodyFeed(sock, self, self.framer, is_activity, parse_events)
             body.start(feed, _buffered(raw, self))  # on an error, the body ends itself
         except BaseException:

@@ -99,7 +99,7 @@ class ThreadFeed(Generic[T]):
             item = next(iterator)
         except StopIteration:
             return True
-        self.watch.first_item()
+        self.watch.first_at = self.watch.now()
         buf.append(item)
         del item
         room = self._next_round()  # hands the first item over before announcing it

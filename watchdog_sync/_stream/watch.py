@@ -281,10 +281,6 @@ class StreamWatch:
 
     # -- counting --------------------------------------------------------------
 
-    def first_item(self) -> None:
-        """The source's first item arrived: recorded."""
-        self.first_at = self.now()
-
     def announce_first(self) -> None:
         """The ``first_byte`` event, with the fields of the context the stream was made in."""
         assert self.first_at is not None
