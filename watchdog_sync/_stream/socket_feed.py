@@ -73,7 +73,41 @@ class SocketFeed(Generic[T]):
         watch = self.watch
         watch.begin_batch()
         try:
-            return self._next(watch)
+            wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
+            while True:
+                body: Optional[BodyFeed[T]] = None
+                timeout = 0.0
+                with self._lock:
+                    now = watch.now()
+                    if not watch.ended(now):
+                        if self._pending:
+                            batch, self._pending = self._pending, []
+                            return watch.hand_out(batch, wait_from)
+                        if not watch.source_over:
+                            if wait_from is None:
+                                wait_from = now
+                            timeout = watch.wait_left(wait_from, now)
+                            if timeout > 0:
+                                body = self._body
+                                if body is None:  # its open timed out: wait for the limit
+                                    watch.clock.wait(self._woken, timeout)  # or a budget's end
+                                    continue
+                                self._reading = True
+                if body is None:
+                    if watch.ended_after_wait(not self._pending, wait_from):
+                        return None
+                    continue
+                items: List[T] = []
+                try:
+                    items = body.pull(None if math.isinf(timeout) else timeout)
+                finally:
+                    with self._lock:
+                        self._reading = False
+                        if items and watch.ended(watch.now()):
+                            items = []  # the stream ended meanwhile: nothing more is handed out
+                if items:
+                    watch.arrived(len(items))
+                    return watch.hand_out(items, wait_from)
         finally:
             if watch.stopping:  # a read that returned as the stream was stopped left the body
                 self._let_go()
@@ -91,52 +125,6 @@ class SocketFeed(Generic[T]):
         except (Exception, Cancelled) as exc:
             self.watch.heard(exc)
             self.body_ended(exc)
-
-    def _next(self, watch: StreamWatch) -> Optional[Iterator[T]]:
-        wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
-        while True:
-            body: Optional[BodyFeed[T]] = None
-            timeout = 0.0
-            with self._lock:
-                now = watch.now()
-                if not watch.ended(now):
-                    if self._pending:
-                        batch, self._pending = self._pending, []
-                        return watch.hand_out(batch, wait_from)
-                    if not watch.source_over:
-                        if wait_from is None:
-                            wait_from = now
-                        timeout = watch.wait_left(wait_from, now)
-                        if timeout > 0:
-                            body = self._body
-                            if body is None:  # its open timed out: wait for the limit
-                                watch.clock.wait(self._woken, timeout)  # or a budget's end
-                                continue
-                            self._reading = True
-            if body is not None:
-                items = self._pull(body, timeout, wait_from)
-                if items is not None:
-                    return items
-            elif watch.ended_after_wait(not self._pending, wait_from):
-                return None
-
-    def _pull(
-        self, body: BodyFeed[T], timeout: float, wait_from: Optional[float]
-    ) -> Optional[Iterator[T]]:
-        """One read of ``body``; its items, unless it brought none or the stream ended."""
-        watch = self.watch
-        items: List[T] = []
-        try:
-            items = body.pull(None if math.isinf(timeout) else timeout)
-        finally:
-            with self._lock:
-                self._reading = False
-                if items and watch.ended(watch.now()):
-                    items = []  # the stream ended meanwhile: nothing more is handed out
-        if not items:
-            return None
-        watch.arrived(len(items))
-        return watch.hand_out(items, wait_from)
 
     # -- the body's side -------------------------------------------------------
 

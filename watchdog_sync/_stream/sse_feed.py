@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import io
+import math
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -125,7 +126,8 @@ class Opener:
     _decoder: Optional[FramingDecoder] = field(default=None, init=False)
 
     def __call__(self, feed: SocketFeed[Any]) -> None:
-        response = self._response = self._send(feed.watch.first_item_left())
+        watch = feed.watch
+        response = self._response = self._send(watch.idle_left(watch.created, watch.now()))
         current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
@@ -145,11 +147,11 @@ class Opener:
             self.release(clean=False)
             raise
 
-    def _send(self, left: Optional[float]) -> requests.Response:
+    def _send(self, left: float) -> requests.Response:
         """The request, up to its response's head. ``left``: seconds of the first-event
-        limit, which bounds the connect and the whole head too (a head that drips, or
-        interim responses that keep coming): the consumer must be back by then."""
-        read = None if left is None else max(0.001, left)
+        limit (``inf``: none), which bounds the connect and the whole head too (a head that
+        drips, or interim responses that keep coming): the consumer must be back by then."""
+        read = None if math.isinf(left) else max(0.001, left)
         connect = self.connect
         first_cuts_connect = read is not None and (connect is None or read < connect)
         session, own = self.session, False

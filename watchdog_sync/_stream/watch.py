@@ -153,12 +153,6 @@ class StreamWatch:
         """Seconds the consumer may wait: ``min(idle limit left, deadline left)``."""
         return min(self.idle_left(wait_from, now), self.deadline - now)
 
-    def first_item_left(self) -> Optional[float]:
-        """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
-        if self._first is None or self.activity.chunks:
-            return None
-        return self.created + self._first - self.now()
-
     # -- ending ----------------------------------------------------------------
 
     def source_done(self, error: Optional[BaseException], completed: bool) -> None:
