@@ -52,8 +52,7 @@ class SocketFeed(Generic[T]):
         self._body: Optional[BodyFeed[T]] = None
         self._reading = False  # the consumer is in ``body.pull``: that read ends the body
         self._pending: List[T] = []  # items not from the consumer's read: with the head, ...
-        self._on_timeout = on_timeout
-        self._unblocked = False
+        self._on_timeout = on_timeout  # taken by the first unblock
         self.watch = watch
 
     def start(self) -> None:
@@ -62,12 +61,8 @@ class SocketFeed(Generic[T]):
     # -- consumer side ---------------------------------------------------------
 
     def next_batch(self) -> Optional[Iterator[T]]:
-        """Read the body once, unless items wait, and return an iterator over the items;
-        ``None`` at the end.
-
-        Raises the body's error, :class:`StreamIdleTimeout`, or ``Cancelled``
-        (converted when the explicit budget owns it).
-        """
+        """Read the body once, unless items wait, and return an iterator over the items
+        (see :class:`~.stream.Feed`)."""
         if self._opener is not None:
             self._open()
         watch = self.watch
@@ -166,8 +161,8 @@ class SocketFeed(Generic[T]):
         socket, which ends a read in progress) once, if the body is open; then end the body
         here unless its consumer is reading it, so that the connection ends now."""
         with self._lock:
-            callback = None if self._unblocked or self.watch.source_over else self._on_timeout
-            self._unblocked = True
+            callback = None if self.watch.source_over else self._on_timeout
+            self._on_timeout = None
         if callback is not None:
             quietly(callback, "the stream's on_timeout hook")
         self._let_go()

@@ -42,7 +42,9 @@ class Feed(Protocol[T_co]):
         """Watch the budgets (and start a reader thread)."""
 
     def next_batch(self) -> Optional[Iterator[T_co]]:
-        """The next items (``None`` at the end); raises what ended the stream."""
+        """The next items (``None`` at the end). Raises what ended the stream: the
+        source's error, :class:`StreamIdleTimeout`, or ``Cancelled`` (converted when the
+        explicit budget owns it)."""
 
     def close(self, *, join: bool) -> None:
         """End the stream; with ``join``, wait (bounded) for a reader thread to exit."""

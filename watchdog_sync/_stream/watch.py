@@ -1,11 +1,7 @@
 """One guarded stream's watch: its limits, budgets and deadline, its single end, stats and errors.
 
 Each stream's feed holds one (:mod:`.thread_feed`, :mod:`.socket_feed`); the watch has no
-thread, buffer or socket. It says how long the consumer may wait (``min(idle limit left,
-budget left)``), whether the stream has ended and with which error, records the end once
-(budgets let go, the feed woken and its source unblocked, ``stream_end`` emitted), and
-counts the items handed out, so ``stats`` read from any thread are consistent. For a
-request's stream it also keeps how far the request got, for the words of its end.
+thread, buffer or socket.
 """
 
 from __future__ import annotations
@@ -64,6 +60,12 @@ class StreamStats:
 
 class StreamWatch:
     """The limits, budgets, end and stats of one stream, and how its source ended.
+
+    It says how long the consumer may wait (``min(idle limit left, budget left)``), whether
+    the stream has ended and with which error, records the end once (budgets let go, the
+    feed woken and its source unblocked, ``stream_end`` emitted), and counts the items
+    handed out, so ``stats`` read from any thread are consistent; for a request's stream,
+    how far the request got, for the words of its end.
 
     ``wake`` (notify whoever waits on the feed, under its own lock) and ``unblock`` (free
     a source that may be blocked) are the feed's, given to :meth:`start` and called when
