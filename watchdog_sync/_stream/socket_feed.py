@@ -28,13 +28,9 @@ from .watch import StreamWatch, quietly
 if TYPE_CHECKING:
     from .pipeline import BodyFeed
 
-__all__ = ["OpenTimedOut", "SocketFeed", "socket_stream"]
+__all__ = ["SocketFeed", "socket_stream"]
 
 T = TypeVar("T")
-
-
-class OpenTimedOut(Exception):
-    """Raised by an opener whose wait for the response ran into the first-item limit."""
 
 
 class SocketFeed(Generic[T]):
@@ -115,8 +111,6 @@ class SocketFeed(Generic[T]):
         self.watch.created = self.watch.now()
         try:
             opener(self)
-        except OpenTimedOut:
-            pass  # the idle check reports it
         except (Exception, Cancelled) as exc:
             self.watch.heard(exc)
             self.body_ended(exc)
@@ -197,7 +191,8 @@ def socket_stream(
     active: Optional[Callable[[T], bool]] = None,
 ) -> GuardedStream[T]:
     """The guarded stream whose consumer runs ``opener`` at its first ``next()``, then reads
-    the body it attaches."""
+    the body it attaches (an opener that attaches none leaves the first-item limit to end
+    the stream)."""
     watch = StreamWatch(limits, budgets, explicit, MONOTONIC, active, request=True)
     feed: SocketFeed[T] = SocketFeed(opener, watch, on_timeout)
     return started(feed)

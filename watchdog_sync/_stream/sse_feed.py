@@ -34,7 +34,7 @@ from .framing import EventFramer
 from .parse import parse_events
 from .pipeline import BodyFeed
 from .private_session import private_session
-from .socket_feed import OpenTimedOut, SocketFeed
+from .socket_feed import SocketFeed
 from .socket_read import READ_SIZE
 from .wire import is_activity
 
@@ -132,6 +132,8 @@ class Opener:
     def __call__(self, feed: SocketFeed[Any]) -> None:
         watch = feed.watch
         response = self._response = self._send(watch.idle_left(watch.created, watch.now()))
+        if response is None:  # the first-event limit ran out: the consumer's idle check says so
+            return
         current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
@@ -151,10 +153,11 @@ class Opener:
             self.release(clean=False)
             raise
 
-    def _send(self, left: float) -> requests.Response:
-        """The request, up to its response's head. ``left``: seconds of the first-event
-        limit (``inf``: none), which bounds the connect and the whole head too (a head that
-        drips, or interim responses that keep coming): the consumer must be back by then."""
+    def _send(self, left: float) -> Optional[requests.Response]:
+        """The request, up to its response's head; ``None`` when ``left``, the seconds left
+        of the first-event limit (``inf``: none), ran out first. That limit bounds the connect
+        and the whole head too (a head that drips, or interim responses that keep coming):
+        the consumer must be back by then."""
         read = None if math.isinf(left) else max(0.001, left)
         connect = self.connect
         first_cuts_connect = read is not None and (connect is None or read < connect)
@@ -179,10 +182,10 @@ class Opener:
                 )
             return response
         except requests.ReadTimeout:
-            raise OpenTimedOut() from None
+            return None
         except requests.ConnectTimeout as exc:
             if first_cuts_connect:
-                raise OpenTimedOut() from None
+                return None
             raise self.errors.error(exc) from exc
         except REQUESTS_ERRORS as exc:
             raise self.errors.error(exc) from exc
