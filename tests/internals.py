@@ -40,7 +40,6 @@ from watchdog_sync._retry.loop import _Loop
 from watchdog_sync._retry.policy import default_policy
 from watchdog_sync._sample import preload as sample_preload_module
 from watchdog_sync._stream import pipeline as pipeline_module
-from watchdog_sync._stream.body import FramingDecoder, body_pieces
 from watchdog_sync._stream.framing import EventFramer
 from watchdog_sync._stream.limits import StreamLimits
 from watchdog_sync._stream.parse import parse_events
@@ -48,7 +47,7 @@ from watchdog_sync._stream.private_session import private_session
 from watchdog_sync._stream.socket_feed import SocketFeed, socket_stream
 from watchdog_sync._stream.socket_read import KERNEL_MARGIN, SocketRead
 from watchdog_sync._stream.sse import SSEStream
-from watchdog_sync._stream.sse_feed import _http_response
+from watchdog_sync._stream.sse_feed import FramingDecoder, _http_response, body_pieces
 from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
 from watchdog_sync._stream.wire import Activity, EventWatch, error_event, is_activity
 

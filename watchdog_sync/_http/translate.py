@@ -51,7 +51,7 @@ class MalformedFraming(http.client.HTTPException):
     """A body's chunked framing breaks HTTP/1.1: a chunk size that is not hex digits (``-5``,
     ``zz``), no CRLF after a chunk's data, an endless chunk-size line.
 
-    Raised by our own body decoder (``_stream/body.py``) as http.client's kind of error, so
+    Raised by our own body decoder (``_stream/sse_feed.py``) as http.client's kind of error, so
     every reader that catches those catches it too; the table below makes it a
     :class:`StreamProtocolError` (``'malformed_framing'``, not retryable: the same bytes
     would break the same way), not a transport failure.

@@ -1,11 +1,8 @@
-"""The one event-stream body reader: bytes -> payload -> whole events -> the rules -> the feed.
+"""The one body reader of socket-backed event streams, asked to read by :mod:`.socket_feed`.
 
-Every socket-backed event stream (``stream_sse`` and ``ChatClient`` over http.client, the
-httpx transport's HTTP/1.1 streams over h11) is read by one :class:`BodyFeed`, in its
-consumer's thread, one read at a time (:class:`~.socket_feed.SocketFeed` asks). Each read:
-the body's :class:`Framing` makes payload bytes, the stream rules' :class:`~.wire.Gate`
-frames, bounds and reads the events, ``parse`` makes the items. Only the :class:`Framing`
-differs between the two HTTP stacks.
+Each read: the HTTP stack's :class:`Framing` (http.client's or h11's: all that differs
+between the stacks) makes payload bytes, the stream rules' :class:`~.wire.Gate` frames,
+bounds and reads the events, ``parse`` makes the items.
 """
 
 from __future__ import annotations
@@ -140,5 +137,5 @@ class BodyFeed(Generic[T]):
             self._framing.release(clean=error is None)
             feed, self._feed = self._feed, None
             if feed is not None:
-                feed.body_ended(error, completed=error is None)
+                feed.body_ended(error)
             error = None

@@ -3,7 +3,7 @@
 For a socket-backed body (``stream_sse``, ``ChatClient``, the httpx transport's HTTP/1.1
 streams). The stream's ``opener`` runs in the consumer's thread at the first ``next()``
 (it sends the request and attaches the body); then, each time no item waits, the consumer
-reads the body once (:meth:`Body.pull`), waiting at most what its
+reads the body once (:meth:`~.pipeline.BodyFeed.pull`), waiting at most what its
 :class:`~.watch.StreamWatch` allows, and takes that read's items as its batch.
 
 On timeout or cancel ``on_timeout`` shuts the socket from outside, which ends a read in
@@ -16,33 +16,21 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from typing import Any, Callable, Generic, Iterator, List, Optional, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, List, Optional, TypeVar
 
 from .._core.budget import Budget
 from .._core.clock import MONOTONIC
 from .._core.errors import Cancelled
 from .limits import StreamLimits
-from .progress import StreamProgress
 from .stream import GuardedStream, started
 from .watch import StreamWatch, quietly
 
-__all__ = ["Body", "OpenTimedOut", "SocketFeed", "socket_stream"]
+if TYPE_CHECKING:
+    from .pipeline import BodyFeed
+
+__all__ = ["SocketFeed", "socket_stream"]
 
 T = TypeVar("T")
-
-
-class Body(Protocol):
-    """What a socket feed reads: one read at a time, in the consumer's thread."""
-
-    def pull(self, timeout: Optional[float]) -> List[Any]:
-        """Read once, waiting at most ``timeout`` (``None``: no limit); the read's items."""
-
-    def end(self, error: Optional[BaseException], eof: bool) -> None:
-        """End the body (once) and let its connection go."""
-
-
-class OpenTimedOut(Exception):
-    """Raised by an opener whose wait for the response ran into the first-item limit."""
 
 
 class SocketFeed(Generic[T]):
@@ -52,18 +40,15 @@ class SocketFeed(Generic[T]):
         self,
         opener: Callable[[SocketFeed[T]], None],
         watch: StreamWatch,
-        progress: StreamProgress,
         on_timeout: Optional[Callable[[], object]],
     ) -> None:
         self._lock = threading.Lock()
         self._woken = threading.Condition(self._lock)  # waited on only with no body attached
         self._opener: Optional[Callable[[SocketFeed[T]], None]] = opener
-        self._body: Optional[Body] = None
+        self._body: Optional[BodyFeed[T]] = None
         self._reading = False  # the consumer is in ``body.pull``: that read ends the body
         self._pending: List[T] = []  # items not from the consumer's read: with the head, ...
-        self._on_timeout = on_timeout
-        self._unblocked = False
-        self._progress = progress
+        self._on_timeout = on_timeout  # taken by the first unblock
         self.watch = watch
 
     def start(self) -> None:
@@ -72,18 +57,48 @@ class SocketFeed(Generic[T]):
     # -- consumer side ---------------------------------------------------------
 
     def next_batch(self) -> Optional[Iterator[T]]:
-        """Read the body once, unless items wait, and return an iterator over the items;
-        ``None`` at the end.
-
-        Raises the body's error, :class:`StreamIdleTimeout`, or ``Cancelled``
-        (converted when the explicit budget owns it).
-        """
+        """Read the body once, unless items wait, and return an iterator over the items
+        (see :class:`~.stream.Feed`)."""
         if self._opener is not None:
             self._open()
         watch = self.watch
         watch.begin_batch()
         try:
-            return self._next(watch)
+            wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
+            while True:
+                body: Optional[BodyFeed[T]] = None
+                timeout = 0.0
+                with self._lock:
+                    now = watch.now()
+                    if not watch.ended(now):
+                        if self._pending:
+                            batch, self._pending = self._pending, []
+                            return watch.hand_out(batch, wait_from)
+                        if not watch.source_over:
+                            if wait_from is None:
+                                wait_from = now
+                            timeout = watch.wait_left(wait_from, now)
+                            if timeout > 0:
+                                body = self._body
+                                if body is None:  # its open timed out: wait for the limit
+                                    watch.clock.wait(self._woken, timeout)  # or a budget's end
+                                    continue
+                                self._reading = True
+                if body is None:
+                    if watch.ended_after_wait(not self._pending, wait_from):
+                        return None
+                    continue
+                items: List[T] = []
+                try:
+                    items = body.pull(None if math.isinf(timeout) else timeout)
+                finally:
+                    with self._lock:
+                        self._reading = False
+                        if items and watch.ended(watch.now()):
+                            items = []  # the stream ended meanwhile: nothing more is handed out
+                if items:
+                    watch.arrived(len(items))
+                    return watch.hand_out(items, wait_from)
         finally:
             if watch.stopping:  # a read that returned as the stream was stopped left the body
                 self._let_go()
@@ -96,74 +111,17 @@ class SocketFeed(Generic[T]):
         self.watch.created = self.watch.now()
         try:
             opener(self)
-        except OpenTimedOut:
-            pass  # the idle check reports it
         except (Exception, Cancelled) as exc:
-            self._progress.heard(exc)
-            self.body_ended(exc, completed=False)
-
-    def _next(self, watch: StreamWatch) -> Optional[Iterator[T]]:
-        wait_from = watch.activity.quiet_since  # only activity restarts the idle clock
-        while True:
-            body: Optional[Body] = None
-            timeout = 0.0
-            with self._lock:
-                now = watch.now()
-                if not watch.ended(now):
-                    if self._pending:
-                        batch, self._pending = self._pending, []
-                        return watch.hand_out(batch, wait_from)
-                    if not watch.source_over:
-                        if wait_from is None:
-                            wait_from = now
-                        timeout = watch.wait_left(wait_from, now)
-                        if timeout > 0:
-                            body = self._body
-                            if body is None:  # its open timed out: wait for the limit
-                                watch.clock.wait(self._woken, timeout)  # or a budget's end
-                                continue
-                            self._reading = True
-            if body is not None:
-                items = self._pull(body, timeout, wait_from)
-                if items is not None:
-                    return items
-            elif watch.ended_after_wait(not self._pending, wait_from):
-                return None
-
-    def _pull(
-        self, body: Body, timeout: float, wait_from: Optional[float]
-    ) -> Optional[Iterator[T]]:
-        """One read of ``body``; its items, unless it brought none or the stream ended."""
-        watch = self.watch
-        items: List[T] = []
-        try:
-            items = body.pull(None if math.isinf(timeout) else timeout)
-        finally:
-            with self._lock:
-                self._reading = False
-                if items and watch.ended(watch.now()):
-                    items = []  # the stream ended meanwhile: nothing more is handed out
-        if not items:
-            return None
-        self._arrived(len(items))
-        return watch.hand_out(items, wait_from)
-
-    def _arrived(self, count: int) -> None:
-        self._progress.got(count)
-        if self.watch.first_item():
-            self.watch.announce_first()
+            self.watch.heard(exc)
+            self.body_ended(exc)
 
     # -- the body's side -------------------------------------------------------
 
-    def first_item_left(self) -> Optional[float]:
-        """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
-        return self.watch.first_item_left()
-
-    def attach(self, body: Body) -> None:
+    def attach(self, body: BodyFeed[T]) -> None:
         """From the opener: the consumer reads ``body`` whenever no item waits."""
         with self._lock:
             self._body = body
-        self._progress.head_in()
+        self.watch.head_in()
         self._let_go()  # stopped while it opened: nobody will read it
 
     def offer(self, items: List[T]) -> None:
@@ -175,13 +133,13 @@ class SocketFeed(Generic[T]):
             if self.watch.stopping:
                 return
             self._pending.extend(items)
-        self._arrived(len(items))
+        self.watch.arrived(len(items))
 
-    def body_ended(self, error: Optional[BaseException], completed: bool) -> None:
+    def body_ended(self, error: Optional[BaseException]) -> None:
         """The body is done (its error, if any, is raised once the items before it are out)."""
         with self._lock:
             self._body = None
-            self.watch.source_done(error, completed)
+            self.watch.source_done(error, error is None)
             self._woken.notify_all()
 
     # -- ending ----------------------------------------------------------------
@@ -197,8 +155,8 @@ class SocketFeed(Generic[T]):
         socket, which ends a read in progress) once, if the body is open; then end the body
         here unless its consumer is reading it, so that the connection ends now."""
         with self._lock:
-            callback = None if self._unblocked or self.watch.source_over else self._on_timeout
-            self._unblocked = True
+            callback = None if self.watch.source_over else self._on_timeout
+            self._on_timeout = None
         if callback is not None:
             quietly(callback, "the stream's on_timeout hook")
         self._let_go()
@@ -233,8 +191,8 @@ def socket_stream(
     active: Optional[Callable[[T], bool]] = None,
 ) -> GuardedStream[T]:
     """The guarded stream whose consumer runs ``opener`` at its first ``next()``, then reads
-    the body it attaches."""
-    progress = StreamProgress(MONOTONIC.now)
-    watch = StreamWatch(limits, budgets, explicit, MONOTONIC, active, progress)
-    feed: SocketFeed[T] = SocketFeed(opener, watch, progress, on_timeout)
+    the body it attaches (an opener that attaches none leaves the first-item limit to end
+    the stream)."""
+    watch = StreamWatch(limits, budgets, explicit, MONOTONIC, active, request=True)
+    feed: SocketFeed[T] = SocketFeed(opener, watch, on_timeout)
     return started(feed)

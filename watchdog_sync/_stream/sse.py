@@ -231,8 +231,17 @@ def open_sse(
         tuple(request_secrets(request_headers, url, proxy_urls(session)))
     )
 
-    # Made only when somebody observes: an unobserved call would be inert anyway.
-    mark = _mark(url, base, limits.idle) if observe and observed() else None
+    mark = None
+    if observe and observed():  # an unobserved call would be inert: none is made
+        address, port = server_of(url)  # the server's host and port, never the path
+        mark = CallMark(
+            "sse",
+            budget=base,
+            stage=base.stage or "stream",
+            server_address=address,
+            server_port=port,
+            idle_timeout_ms=None if limits.idle is None else limits.idle * 1000.0,
+        )
     context = contextlib.nullcontext() if mark is None else event_fields(**mark.fields())
     try:
         with context:  # the stream's: its first_byte event carries the call's id
@@ -266,16 +275,3 @@ def open_sse(
         stream._mark = mark
         mark.end_when_collected(stream)
     return stream
-
-
-def _mark(url: str, budget: Budget, idle: Optional[float]) -> CallMark:
-    """``stream_sse``'s call for observers: the server's host and port, never the path."""
-    address, port = server_of(url)
-    return CallMark(
-        "sse",
-        budget=budget,
-        stage=budget.stage or "stream",
-        server_address=address,
-        server_port=port,
-        idle_timeout_ms=None if idle is None else idle * 1000.0,
-    )

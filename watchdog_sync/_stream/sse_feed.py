@@ -1,10 +1,12 @@
 """stream_sse's request and body: the opener of a socket feed, and its body's framing.
 
-The request runs in the consumer's thread at its first ``next()``, bounded by the connect
-limit, the first-event limit (the whole response head included) and the stream's budget,
-whose end (a stop, the deadline) shuts the connection from outside. Then the bytes that
-http.client buffered with the headers are decoded, and the socket is read by the one body
-reader (:class:`~.pipeline.BodyFeed`) in the consumer's thread.
+The request is bounded by the connect limit, the first-event limit (the whole response
+head included) and the stream's budget, whose end (a stop, the deadline) shuts the
+connection from outside. Its body, the bytes buffered with the headers first, is read by
+:class:`~.pipeline.BodyFeed` through the :class:`Opener`'s framing, whose
+:class:`FramingDecoder` decodes the HTTP/1.1 framing (chunked, sized or close-delimited)
+of whatever bytes one read took (http.client's ``read1`` stops at one chunk): each read
+yields every event that has arrived and never waits for more.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import http.client
 import io
+import math
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, List, Mapping, Optional
 
 import requests
 
@@ -26,20 +29,21 @@ from .._core.scope import using_budget
 from .._http.guard import head_until
 from .._http.http import Session
 from .._http.redirect import FOLLOWED_METHODS, is_redirect
-from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, Translator
-from .body import FramingDecoder, body_pieces, decoder_for
+from .._http.translate import RAW_READ_ERRORS, REQUESTS_ERRORS, MalformedFraming, Translator
 from .framing import EventFramer
 from .parse import parse_events
 from .pipeline import BodyFeed
 from .private_session import private_session
-from .socket_feed import OpenTimedOut, SocketFeed
+from .socket_feed import SocketFeed
 from .socket_read import READ_SIZE
 from .wire import is_activity
 
 _ERROR_BODY_LIMIT = 4096
 _FIRST_READ = max(READ_SIZE, io.DEFAULT_BUFFER_SIZE)  # http.client's buffer, whole
+_MAX_SIZE_LINE = 1024
+_HEX = b"0123456789abcdefABCDEF"
 
-__all__ = ["Opener"]
+__all__ = ["FramingDecoder", "Opener", "body_pieces"]
 
 
 def _check_response(response: requests.Response, method: str, translator: Translator) -> None:
@@ -126,7 +130,10 @@ class Opener:
     _decoder: Optional[FramingDecoder] = field(default=None, init=False)
 
     def __call__(self, feed: SocketFeed[Any]) -> None:
-        response = self._response = self._send(feed.first_item_left())
+        watch = feed.watch
+        response = self._response = self._send(watch.idle_left(watch.created, watch.now()))
+        if response is None:  # the first-event limit ran out: the consumer's idle check says so
+            return
         current = self.stream_ref()
         if current is not None:
             current.headers_at = time.monotonic()
@@ -139,18 +146,19 @@ class Opener:
             sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
             if sock is not None:
                 sock.settimeout(0)  # for the buffered bytes; the body reader sets it as it reads
-            self._decoder = decoder_for(raw)
+            self._decoder = FramingDecoder(chunked=bool(raw.chunked), length=raw.length)
             body: BodyFeed[Any] = BodyFeed(sock, self, self.framer, is_activity, parse_events)
             body.start(feed, _buffered(raw, self))  # on an error, the body ends itself
         except BaseException:
             self.release(clean=False)
             raise
 
-    def _send(self, left: Optional[float]) -> requests.Response:
-        """The request, up to its response's head. ``left``: seconds of the first-event
-        limit, which bounds the connect and the whole head too (a head that drips, or
-        interim responses that keep coming): the consumer must be back by then."""
-        read = None if left is None else max(0.001, left)
+    def _send(self, left: float) -> Optional[requests.Response]:
+        """The request, up to its response's head; ``None`` when ``left``, the seconds left
+        of the first-event limit (``inf``: none), ran out first. That limit bounds the connect
+        and the whole head too (a head that drips, or interim responses that keep coming):
+        the consumer must be back by then."""
+        read = None if math.isinf(left) else max(0.001, left)
         connect = self.connect
         first_cuts_connect = read is not None and (connect is None or read < connect)
         session, own = self.session, False
@@ -174,10 +182,10 @@ class Opener:
                 )
             return response
         except requests.ReadTimeout:
-            raise OpenTimedOut() from None
+            return None
         except requests.ConnectTimeout as exc:
             if first_cuts_connect:
-                raise OpenTimedOut() from None
+                return None
             raise self.errors.error(exc) from exc
         except REQUESTS_ERRORS as exc:
             raise self.errors.error(exc) from exc
@@ -231,3 +239,138 @@ class Opener:
         release, self._session_release = self._session_release, None
         if release is not None:
             release(reusable)
+
+
+class FramingDecoder:
+    """Incremental decoder of one body's framing: ``feed`` raw bytes, get payload bytes.
+
+    ``done`` turns true at the body's end (the last chunk, or ``length`` bytes);
+    bytes fed after it are ignored. :meth:`eof` says whether the connection may
+    end here.
+    """
+
+    __slots__ = ("_buffer", "_chunk_left", "_chunked", "_left", "_need_crlf", "done")
+
+    def __init__(self, *, chunked: bool, length: Optional[int]) -> None:
+        self._chunked = chunked
+        self._left = None if chunked else length  # sized: bytes still to come
+        self._buffer = b""
+        self._chunk_left = 0  # chunked: bytes of chunk data still to come
+        self._need_crlf = False  # chunked: the CRLF after a chunk's data
+        self.done = self._left == 0
+
+    def wanted(self) -> int:
+        """How many bytes to read next without reading past a sized body."""
+        return READ_SIZE if self._left is None else min(self._left, READ_SIZE)
+
+    def feed(self, data: bytes) -> bytes:
+        """The payload that ``data`` completes (possibly ``b""``).
+
+        Raises:
+            MalformedFraming: the chunked framing is malformed (an ``HTTPException``).
+        """
+        if self.done:
+            return b""
+        if not self._chunked:
+            if self._left is None:
+                return data
+            data = data[: self._left]
+            self._left -= len(data)
+            self.done = self._left == 0
+            return data
+        if not (self._buffer or self._chunk_left or self._need_crlf):
+            whole = _whole_chunk(data)
+            if whole is not None:
+                return whole
+        buf = self._buffer + data if self._buffer else data
+        pos, end_of = 0, len(buf)
+        chunk_left, need_crlf = self._chunk_left, self._need_crlf
+        out: List[bytes] = []
+        while True:
+            if chunk_left:
+                take = min(chunk_left, end_of - pos)
+                if not take:
+                    break
+                out.append(buf[pos : pos + take])
+                pos += take
+                chunk_left -= take
+                need_crlf = not chunk_left
+            elif need_crlf:
+                if end_of - pos < 2:
+                    break
+                if buf[pos : pos + 2] != b"\r\n":
+                    raise MalformedFraming("chunked body: missing CRLF after a chunk")
+                pos += 2
+                need_crlf = False
+            else:
+                end = buf.find(b"\n", pos)
+                if end < 0:
+                    if end_of - pos > _MAX_SIZE_LINE:
+                        raise MalformedFraming("chunked body: chunk-size line too long")
+                    break
+                line = buf[pos:end].split(b";", 1)[0].strip()
+                pos = end + 1
+                size = _chunk_size(line)
+                if size is None:  # int() alone takes "-5", "+5", "0x5", "5_0"
+                    raise MalformedFraming(f"chunked body: bad chunk size {line[:20]!r}")
+                if size == 0:  # last chunk; trailers are not needed for events
+                    self.done = True
+                    pos = end_of
+                    break
+                chunk_left = size
+        self._buffer = buf[pos:]  # at most a chunk-size line or a CRLF
+        self._chunk_left, self._need_crlf = chunk_left, need_crlf
+        return b"".join(out)
+
+    def eof(self) -> None:
+        """The connection ended: fine for a close-delimited or finished body.
+
+        Raises:
+            http.client.IncompleteRead: the body was cut short.
+        """
+        if self.done or (not self._chunked and self._left is None):
+            return
+        left = self._chunk_left if self._chunked else self._left
+        raise http.client.IncompleteRead(b"", left)
+
+
+def _whole_chunk(data: bytes) -> Optional[bytes]:
+    """The data of ``data`` if it is exactly one whole, non-empty chunk (size line, data,
+    CRLF), the common read of an event stream; else ``None`` (the general loop decides,
+    and raises what is malformed). The same result and state as the loop's."""
+    end = data.find(b"\n")
+    if end < 0:
+        return None
+    size = _chunk_size(data[:end].split(b";", 1)[0].strip())
+    start = end + 1
+    if size is None or size == 0 or len(data) != start + size + 2 or not data.endswith(b"\r\n"):
+        return None
+    return data[start : start + size]
+
+
+def _chunk_size(line: bytes) -> Optional[int]:
+    """A chunk-size line's value (hex digits only, as HTTP/1.1 has it), else ``None``."""
+    if not line or line.strip(_HEX):
+        return None
+    return int(line, 16)
+
+
+def body_pieces(response: http.client.HTTPResponse) -> Iterator[bytes]:
+    """The decoded body of ``response`` (headers already read), piece by piece.
+
+    Raises:
+        http.client.IncompleteRead: the connection ended before the body did.
+        MalformedFraming: the chunked framing is malformed (an ``HTTPException``).
+    """
+    fp: Optional[Any] = response.fp
+    if fp is None:
+        return
+    decoder = FramingDecoder(chunked=bool(response.chunked), length=response.length)
+    while not decoder.done:
+        data = fp.read1(decoder.wanted())
+        if not data:
+            decoder.eof()
+            return
+        piece = decoder.feed(data)
+        if piece:
+            yield piece

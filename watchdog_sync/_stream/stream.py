@@ -42,7 +42,9 @@ class Feed(Protocol[T_co]):
         """Watch the budgets (and start a reader thread)."""
 
     def next_batch(self) -> Optional[Iterator[T_co]]:
-        """The next items (``None`` at the end); raises what ended the stream."""
+        """The next items (``None`` at the end). Raises what ended the stream: the
+        source's error, :class:`StreamIdleTimeout`, or ``Cancelled`` (converted when the
+        explicit budget owns it)."""
 
     def close(self, *, join: bool) -> None:
         """End the stream; with ``join``, wait (bounded) for a reader thread to exit."""
@@ -133,18 +135,19 @@ def guard_stream(
     items every ``0.8 * idle_timeout`` never trip it, and a slow consumer never
     causes a timeout; the price is that a source which goes silent while the
     consumer is busy is detected ``idle_timeout`` after the consumer comes back
-    for more. Both are idle limits: ``None``, ``inf`` or any value ``<= 0``
-    turns one off; the budget still applies (and ends a stream whose consumer
+    for more. ``inf`` or any value ``<= 0`` turns either limit off, and so does
+    ``idle_timeout=None`` (``first_item_timeout=None`` is ``idle_timeout``,
+    deprecated); the budget still applies (and ends a stream whose consumer
     never has to wait: it is checked before each batch of buffered items is
     handed over). Values above 7 days are clamped to 7 days.
 
     Args:
         source: any iterable, typically a generator doing blocking reads.
         idle_timeout: seconds allowed between items (float or ``timedelta``);
-            required, no environment default; ``None`` or ``<= 0``: off.
+            required, no environment default; ``None``, ``inf`` or ``<= 0``: off.
         first_item_timeout: seconds allowed until the first item (default:
             ``idle_timeout``); ``<= 0`` or ``inf``: off. ``None`` still means
-            "as ``idle_timeout``" (deprecated: leave it out).
+            "as ``idle_timeout``", with a ``DeprecationWarning``: leave it out.
         budget: the budget to honour; guard_stream is its boundary (its end
             becomes :class:`DeadlineExceeded` / :class:`OperationCancelled`).
             The current ``deadline()`` scope's budget is honoured as well.

@@ -99,7 +99,7 @@ class ThreadFeed(Generic[T]):
             item = next(iterator)
         except StopIteration:
             return True
-        self.watch.first_item()
+        self.watch.first_at = self.watch.now()
         buf.append(item)
         del item
         room = self._next_round()  # hands the first item over before announcing it
@@ -151,11 +151,7 @@ class ThreadFeed(Generic[T]):
     # -- consumer side ---------------------------------------------------------
 
     def next_batch(self) -> Optional[Iterator[T]]:
-        """Wait for buffered items and return an iterator over them; ``None`` at the end.
-
-        Raises the source's error, :class:`StreamIdleTimeout`, or ``Cancelled``
-        (converted when the explicit budget owns it).
-        """
+        """Wait for buffered items and return an iterator over them (see :class:`~.stream.Feed`)."""
         watch = self.watch
         watch.begin_batch()
         wait_from = watch.activity.quiet_since  # only activity restarts the idle clock

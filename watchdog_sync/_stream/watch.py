@@ -1,10 +1,7 @@
 """One guarded stream's watch: its limits, budgets and deadline, its single end, stats and errors.
 
 Each stream's feed holds one (:mod:`.thread_feed`, :mod:`.socket_feed`); the watch has no
-thread, buffer or socket. It says how long the consumer may wait (``min(idle limit left,
-budget left)``), whether the stream has ended and with which error, records the end once
-(budgets let go, the feed woken and its source unblocked, ``stream_end`` emitted), and
-counts the items handed out, so ``stats`` read from any thread are consistent.
+thread, buffer or socket.
 """
 
 from __future__ import annotations
@@ -23,8 +20,8 @@ from .._core.budget import Budget, _noop
 from .._core.clock import Clock
 from .._core.config import ENV_IDLE_TIMEOUT
 from .._core.errors import Cancelled, StreamIdleTimeout
+from .._core.phase import mark
 from .limits import StreamLimits
-from .progress import StreamProgress
 from .wire import Activity
 
 __all__ = ["StreamStats", "StreamWatch", "quietly"]
@@ -64,6 +61,12 @@ class StreamStats:
 class StreamWatch:
     """The limits, budgets, end and stats of one stream, and how its source ended.
 
+    It says how long the consumer may wait (``min(idle limit left, budget left)``), whether
+    the stream has ended and with which error, records the end once (budgets let go, the
+    feed woken and its source unblocked, ``stream_end`` emitted), and counts the items
+    handed out, so ``stats`` read from any thread are consistent; for a request's stream,
+    how far the request got, for the words of its end.
+
     ``wake`` (notify whoever waits on the feed, under its own lock) and ``unblock`` (free
     a source that may be blocked) are the feed's, given to :meth:`start` and called when
     the stream or a budget it watches ends, never with the watch's lock held. The source's
@@ -77,10 +80,9 @@ class StreamWatch:
         explicit: Optional[Budget],
         clock: Clock,
         active: Optional[Callable[[Any], bool]] = None,
-        progress: Optional[StreamProgress] = None,
+        request: bool = False,
     ) -> None:
         self._lock = threading.Lock()  # the end: recorded once
-        self._progress = progress  # a request's stream: where it was, for the budget's end
         self._wake: Callable[[], None] = _noop
         self._unblock: Callable[[], None] = _noop
         self._idle = limits.idle
@@ -112,6 +114,13 @@ class StreamWatch:
         self.now = clock.now
         self.created = self.now()
         self._context = contextvars.copy_context()  # events carry the opener's fields
+        # A ``request``'s stream (a socket feed's), for the words of its end: the phase its
+        # open's ``Cancelled`` said, its head's arrival, the items that arrived, the last's.
+        self.phase: Optional[str] = "head" if request else None
+        self._said: Optional[Tuple[str, Optional[str]]] = None
+        self._head_at: Optional[float] = None
+        self._arrived = 0
+        self._last_at: Optional[float] = None
 
     def start(self, wake: Callable[[], None], unblock: Callable[[], None]) -> None:
         """Watch the budgets: a budget's end calls ``wake``, then ``unblock``."""
@@ -145,12 +154,6 @@ class StreamWatch:
     def wait_left(self, wait_from: float, now: float) -> float:
         """Seconds the consumer may wait: ``min(idle limit left, deadline left)``."""
         return min(self.idle_left(wait_from, now), self.deadline - now)
-
-    def first_item_left(self) -> Optional[float]:
-        """Seconds left of the first-item limit (``None``: no limit, or an item was taken)."""
-        if self._first is None or self.activity.chunks:
-            return None
-        return self.created + self._first - self.now()
 
     # -- ending ----------------------------------------------------------------
 
@@ -237,13 +240,12 @@ class StreamWatch:
             stream_lifetime=lifetime,
             stage=self.stage,
             elapsed=lifetime,
-            phase=None if self._progress is None else self._progress.phase(),
+            phase=self.phase,
         )
 
     def _end_cancelled(self, exc: Cancelled) -> None:
         """Record the end; raise the public error when the explicit budget owns ``exc``."""
-        if self._progress is not None:
-            self._progress.stamp(exc)
+        self._stamp(exc)
         self.finish("deadline" if exc.reason == "deadline_exceeded" else "cancelled")
         if self._explicit is not None and _scope.owns(self._explicit, exc):
             raise _scope.error_for(exc, stage=self.stage) from None
@@ -275,13 +277,6 @@ class StreamWatch:
 
     # -- counting --------------------------------------------------------------
 
-    def first_item(self) -> bool:
-        """The source's first item arrived: recorded. False when one had arrived before."""
-        if self.first_at is not None:
-            return False
-        self.first_at = self.now()
-        return True
-
     def announce_first(self) -> None:
         """The ``first_byte`` event, with the fields of the context the stream was made in."""
         assert self.first_at is not None
@@ -291,6 +286,43 @@ class StreamWatch:
             stage=self.stage,
             first_byte_ms=(self.first_at - self.created) * 1000.0,
         )
+
+    # -- a request's progress (the socket feed's, in its consumer's thread) -----
+
+    def heard(self, exc: BaseException) -> None:
+        """The request raised ``exc`` before its head: keep the phase it said, if any."""
+        if isinstance(exc, Cancelled) and exc.phase is not None:
+            self._said = (exc.phase, exc.progress)
+
+    def head_in(self) -> None:
+        """The response's head is in: the body is read from now on."""
+        self._head_at = self.now()
+        self.phase = "body"
+
+    def arrived(self, count: int) -> None:
+        """``count`` (> 0) more items of the body arrived; the first one announced."""
+        self._arrived += count
+        self._last_at = now = self.now()
+        if self.first_at is None:
+            self.first_at = now
+            self.announce_first()
+
+    def _stamp(self, exc: Cancelled) -> None:
+        """Put where a request's stream was, and how far it got, on ``exc`` (unless a part
+        below already did)."""
+        if self._said is not None:
+            mark(exc, *self._said)
+            return
+        if self._head_at is None:
+            return
+        now = self.now()
+        if self._arrived and self._last_at is not None:
+            plural = "" if self._arrived == 1 else "s"
+            words = f"after the head and {self._arrived} event{plural}, "
+            words += f"the last {now - self._last_at:.1f} s ago"
+        else:
+            words = f"after the head, {now - self._head_at:.1f} s ago, while reading the body"
+        mark(exc, "body", words)
 
     def begin_batch(self) -> None:
         """The previous batch is used up (the chain only asks then): count it as taken."""
