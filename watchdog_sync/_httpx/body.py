@@ -18,7 +18,7 @@ from .._http.progress import RequestProgress
 from .._http.shutter import SocketSet
 from .._stream.stream import GuardedStream
 
-__all__ = ["BoundedBody", "EventBody", "Shutter", "as_stream_of", "socket_of"]
+__all__ = ["BoundedBody", "EventBody", "Shutter", "as_stream_of", "is_event_stream", "socket_of"]
 
 _HTTP1 = (b"HTTP/1.1", b"HTTP/1.0")
 
@@ -34,6 +34,12 @@ def socket_of(response: Any, versions: Tuple[bytes, ...] = _HTTP1) -> Optional[s
     get_extra_info = getattr(extensions.get("network_stream"), "get_extra_info", None)
     sock = get_extra_info("socket") if callable(get_extra_info) else None
     return sock if isinstance(sock, socket.socket) else None
+
+
+def is_event_stream(status: int, headers: Any) -> bool:
+    """A ``2xx`` answer whose Content-Type is ``text/event-stream`` (httpx's or urllib3's)."""
+    content_type: str = headers.get("content-type", "")
+    return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
 
 
 def as_stream_of(body: type, lib: Any) -> type:
