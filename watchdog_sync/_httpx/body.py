@@ -127,15 +127,12 @@ class BoundedBody:
         if ended or self._shutter.fired or budget.ended:
             # An EOF that our own shutdown caused is no clean end; a body that came whole
             # past the deadline (from buffers nothing had to wait for) is no success.
-            self._raise_end()
-
-    def _raise_end(self) -> None:
-        with boundary(self._budget, self._owner):
-            try:
-                self._budget.check()
-            except Cancelled as exc:
-                mark(exc, "body", self._progress.words())
-                raise
+            with boundary(budget, self._owner):
+                try:
+                    budget.check()
+                except Cancelled as exc:
+                    mark(exc, "body", self._progress.words())
+                    raise
 
     def close(self) -> None:
         self._shutter.release()

@@ -29,6 +29,7 @@ from .._stream.instrument_limits import limits_in_force
 from .._stream.limits import StreamLimits
 from .body import as_stream_of, is_event_stream, socket_of
 from .call import clipped
+from .cores import CORES
 from .httpcore_hooks import class_patches
 from .request_timeout import request_timeout_error
 from .transport import BOUND, HTTPXTransport
@@ -41,7 +42,7 @@ _Fn = Callable[..., Any]
 def httpx_patches() -> Optional[PatchSet]:
     """The patches for httpx2 and httpx, whichever are installed; ``None`` for neither."""
     libraries = []
-    for name in ("httpx2", "httpx"):
+    for name in CORES:
         try:
             libraries.append(importlib.import_module(name))
         except Exception:  # not installed, or not importable on this Python (httpx2 < 3.10)

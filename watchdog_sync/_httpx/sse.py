@@ -1,10 +1,10 @@
-"""An event stream read through HTTPXTransport on a reader thread of its own.
+"""An event stream's wait for its first event, and its reader thread when it has one.
 
-The reader thread decodes a compressed body (:mod:`~.._stream.coding`), frames it and hands
-on every whole event as soon as it is framed, by the stream rules of :mod:`~.._stream.wire`
-(an event that is not activity is handed on but never restarts the idle clock).
-:func:`first_events` waits for a stream's first event, whoever reads it (HTTPXTransport's
-streams and urllib3's, ``urllib3_streams.py``).
+:func:`first_events` serves every stream HTTPXTransport guards and urllib3's
+(``urllib3_streams.py``). The reader thread of :func:`threaded_events` decodes a compressed
+body (:mod:`~.._stream.coding`), frames it and hands on every whole event as soon as it is
+framed, by the stream rules of :mod:`~.._stream.wire` (an event that is not activity is
+handed on but never restarts the idle clock).
 """
 
 from __future__ import annotations
