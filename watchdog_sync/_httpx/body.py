@@ -146,9 +146,8 @@ class BoundedBody:
 class EventBody:
     """A guarded event stream's body: the first event (already read), then the rest.
 
-    The events come from the guarded stream's reader thread; the budget's end
-    raises ``Cancelled`` for an enclosing scope, or the public error when the
-    transport's own ``budget=`` owns it, saying ``'body'`` and how far the body got.
+    The budget's end raises ``Cancelled`` for an enclosing scope, or the public error when
+    the transport's own ``budget=`` owns it, saying ``'body'`` and how far the body got.
     ``failure`` (what ended the stream before its first event) is raised by the first read.
     """
 

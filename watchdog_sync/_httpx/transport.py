@@ -280,14 +280,9 @@ class HTTPXTransport(_Base):
         send: Send,
         may_resend: bool,
     ) -> Any:
-        """Guard the event stream and wait for its first event.
-
-        An error before the first event (a silent stream that may not be sent
-        again, an oversized or error event, the end of ``budget=``) is raised
-        by the body's first read, where both SDKs hand it to their caller
-        unchanged; a silent stream that may be sent again raises
-        StreamIdleTimeout here.
-        """
+        """Guard the event stream and wait for its first event (:func:`~.sse.first_events`):
+        an error before it is raised by the body's first read, where both SDKs hand it to
+        their caller unchanged."""
         shutter = Shutter(budget, socket_of(response))
         h2 = h2_stream(response, self._lib)  # HTTP/2: the stream is reset, its reader woken
         encoding = decoded_here(response)  # a compressed body: decoded by the reader thread
