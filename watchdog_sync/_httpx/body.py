@@ -18,7 +18,7 @@ from .._http.progress import RequestProgress
 from .._http.shutter import SocketSet
 from .._stream.stream import GuardedStream
 
-__all__ = ["BoundedBody", "EventBody", "Shutter", "as_stream_of", "socket_of"]
+__all__ = ["BoundedBody", "EventBody", "Shutter", "as_stream_of", "is_event_stream", "socket_of"]
 
 _HTTP1 = (b"HTTP/1.1", b"HTTP/1.0")
 
@@ -34,6 +34,12 @@ def socket_of(response: Any, versions: Tuple[bytes, ...] = _HTTP1) -> Optional[s
     get_extra_info = getattr(extensions.get("network_stream"), "get_extra_info", None)
     sock = get_extra_info("socket") if callable(get_extra_info) else None
     return sock if isinstance(sock, socket.socket) else None
+
+
+def is_event_stream(status: int, headers: Any) -> bool:
+    """A ``2xx`` answer whose Content-Type is ``text/event-stream`` (httpx's or urllib3's)."""
+    content_type: str = headers.get("content-type", "")
+    return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
 
 
 def as_stream_of(body: type, lib: Any) -> type:
@@ -121,15 +127,12 @@ class BoundedBody:
         if ended or self._shutter.fired or budget.ended:
             # An EOF that our own shutdown caused is no clean end; a body that came whole
             # past the deadline (from buffers nothing had to wait for) is no success.
-            self._raise_end()
-
-    def _raise_end(self) -> None:
-        with boundary(self._budget, self._owner):
-            try:
-                self._budget.check()
-            except Cancelled as exc:
-                mark(exc, "body", self._progress.words())
-                raise
+            with boundary(budget, self._owner):
+                try:
+                    budget.check()
+                except Cancelled as exc:
+                    mark(exc, "body", self._progress.words())
+                    raise
 
     def close(self) -> None:
         self._shutter.release()
@@ -143,9 +146,8 @@ class BoundedBody:
 class EventBody:
     """A guarded event stream's body: the first event (already read), then the rest.
 
-    The events come from the guarded stream's reader thread; the budget's end
-    raises ``Cancelled`` for an enclosing scope, or the public error when the
-    transport's own ``budget=`` owns it, saying ``'body'`` and how far the body got.
+    The budget's end raises ``Cancelled`` for an enclosing scope, or the public error when
+    the transport's own ``budget=`` owns it, saying ``'body'`` and how far the body got.
     ``failure`` (what ended the stream before its first event) is raised by the first read.
     """
 

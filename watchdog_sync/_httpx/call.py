@@ -1,4 +1,5 @@
-"""What HTTPXTransport reads of a request and adds around it: deadline headers, the call.
+"""What HTTPXTransport reads of a request and adds around it: its timeouts clipped to the time
+left, deadline headers, each send of a streaming request, the call.
 
 Deadline headers (``propagate=True``): each send (every attempt, every resend
 of a silent stream, every redirect hop) carries the remaining budget, computed
@@ -9,27 +10,37 @@ records its origin there, and only a send to that origin carries the headers:
 a hop to another origin has them stripped (httpx copies the previous hop's
 headers onto it), and a hop back gets them again.
 
+A streaming request silent before its first event is sent again (:class:`Send`), at most
+twice and only outside a retry owner.
+
 The call (when events are observed): a ``CallMark`` from the request to the
 response's close, its operation and model read as ``_http/request_call.py`` says.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, NamedTuple, Optional
 
+from .._core import events as _events
 from .._core.budget import Budget
 from .._core.calls import CallMark
+from .._core.errors import StreamIdleTimeout
 from .._http import propagation as _propagation
 from .._http.redirect import same_origin
 from .._http.request_call import STREAM_FLAG, model_of, operation_of
+from .._retry.loop import in_retry_attempt
+from .._stream.limits import StreamLimits, first_event_error
 
 __all__ = [
     "MarkedBody",
+    "Send",
     "asks_for_stream",
     "body_in_memory",
     "call_mark",
+    "clipped",
     "mark_deadline",
     "request_model",
 ]
@@ -37,6 +48,23 @@ __all__ = [
 _ORIGIN_KEY = "watchdog_sync.origin"  # the extension naming the origin the call started at
 _GEMINI_STREAM = ":streamGenerateContent"  # google-genai asks for a stream by its URL
 _ALT_SSE = re.compile(rb"(?:^|&)alt=sse(?:&|$)")
+_log = logging.getLogger("watchdog_sync")
+_MAX_SENDS = 3  # a stream silent before its first event is sent at most twice more
+_TIMEOUT_KEYS = ("connect", "read", "write", "pool")
+_FLOOR = 0.001  # a timeout of 0 would mean non-blocking to the socket layer
+
+
+def clipped(timeouts: Any, remaining: float) -> Dict[str, Optional[float]]:
+    """httpx's timeout extension with every phase capped at ``remaining`` seconds."""
+    given = timeouts if isinstance(timeouts, dict) else {}
+    clipped: Dict[str, Optional[float]] = {}
+    for key in _TIMEOUT_KEYS:
+        value = given.get(key)
+        if remaining != float("inf"):
+            value = remaining if value is None else min(float(value), remaining)
+            value = max(_FLOOR, value)
+        clipped[key] = value
+    return clipped
 
 
 def mark_deadline(request: Any, budget: Budget) -> None:
@@ -93,6 +121,47 @@ def asks_for_stream(request: Any) -> bool:
         return True
     body = body_in_memory(request)
     return body is not None and STREAM_FLAG.search(body) is not None
+
+
+class Send(NamedTuple):
+    """One send of a streaming request under the request's ``limits``: the ``number``-th,
+    sent at ``started`` (``time.monotonic()``)."""
+
+    limits: StreamLimits
+    number: int
+    started: float
+
+    def left(self) -> StreamLimits:
+        """The limits of this send's stream: the first-event limit less the time it has had."""
+        first = self.limits.first
+        if first is not None:
+            first = max(_FLOOR, first - (time.monotonic() - self.started))
+        return StreamLimits(self.limits.idle, first, first_named=True)
+
+    def silent(self, phase: Optional[str] = None) -> StreamIdleTimeout:
+        """What this send raises when nothing came within the first-event limit (``phase``:
+        where the request was, when known)."""
+        assert self.limits.first is not None
+        lifetime = time.monotonic() - self.started
+        return first_event_error(self.limits.first, self.number, lifetime, phase=phase)
+
+    def may_repeat(self, budget: Budget) -> bool:
+        """Whether a silent send may be sent again: only outside a retry owner (inside a
+        ``retry_call`` attempt the owner decides)."""
+        return self.number < _MAX_SENDS and budget.remaining() > 0 and not in_retry_attempt()
+
+    def report_repeat(self, why: str, budget: Budget) -> None:
+        """Log and emit (``attempt_failed``) that this send is sent again, and ``why``."""
+        _log.info("watchdog_sync: %s before the first event; sending the request again", why)
+        _events.emit(
+            _events.Event(
+                "attempt_failed",
+                stage="http",
+                reason="first_event_timeout",
+                attempt=self.number,
+                remaining_ms=None if budget.deadline is None else budget.remaining() * 1000.0,
+            )
+        )
 
 
 class MarkedBody:

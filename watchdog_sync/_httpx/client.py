@@ -8,7 +8,7 @@ from .._core.budget import Budget
 from .._core.config import AS_IDLE, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
-from .library import default_library, library_of
+from .cores import default_library, library_of
 from .transport import HTTPXTransport
 
 if TYPE_CHECKING:

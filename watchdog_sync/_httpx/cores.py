@@ -1,23 +1,54 @@
-"""httpcore under each httpx (:data:`CORES`), its classes found once per library.
+"""httpx2 and httpx, imported lazily, and the httpcore under each (:data:`CORES`).
 
-:mod:`.httpcore_hooks`, :mod:`.feed` and :mod:`.http2` each look their classes up through a
-:class:`ClassLookup`: ``None`` when httpcore's names have moved (logged at debug level), and
-that module then leaves the request to httpx's own code.
+Which httpx a transport is of (:func:`library_of`), or the one to use by default
+(:func:`default_library`). :mod:`.httpcore_hooks`, :mod:`.feed` and :mod:`.http2` each look
+their httpcore classes up through a :class:`ClassLookup`: ``None`` when httpcore's names have
+moved (logged at debug level), and that module then leaves the request to httpx's own code.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 import threading
 from typing import Any, Callable, Dict, Generic, Optional, Tuple, TypeVar
 
-__all__ = ["CORES", "ClassLookup", "pooled_body"]
+__all__ = ["CORES", "ClassLookup", "default_library", "library_of", "pooled_body"]
 
 T = TypeVar("T")
 
 CORES = {"httpx2": "httpcore2", "httpx": "httpcore"}
 _log = logging.getLogger("watchdog_sync")
 _UNKNOWN: Any = object()
+
+
+def default_library() -> Any:
+    """``httpx2`` if it is installed, else ``httpx``; ImportError naming the extra otherwise."""
+    for name in CORES:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError(
+        "watchdog_sync's HTTPXTransport and httpx_client() need httpx2 (or httpx): "
+        "pip install 'watchdog-sync[httpx]'"
+    )
+
+
+def library_of(transport: object) -> Any:
+    """The library (``httpx2`` or ``httpx``) whose ``BaseTransport`` ``transport`` is.
+
+    Only libraries already imported are looked at: a transport's library is.
+    """
+    for name in CORES:
+        lib = sys.modules.get(name)
+        if lib is not None and isinstance(transport, lib.BaseTransport):
+            return lib
+    raise TypeError(
+        "transport must be an httpx2 or httpx transport (a BaseTransport such as "
+        f"HTTPTransport()), not {type(transport).__name__}"
+    )
 
 
 class ClassLookup(Generic[T]):

@@ -38,13 +38,12 @@ from .._stream.pipeline import BodyFeed
 from .._stream.socket_feed import socket_stream
 from .._stream.stream import GuardedStream, budgets_to_watch
 from .._stream.wire import EventWatch, is_activity
-from .body import Shutter
+from .body import Shutter, socket_of
 from .cores import ClassLookup, pooled_body
 
 __all__ = ["fed_events"]
 
 _log = logging.getLogger("watchdog_sync")
-_HTTP1 = (b"HTTP/1.1", b"HTTP/1.0")
 
 
 def fed_events(
@@ -85,10 +84,8 @@ def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, Any
     """(the HTTP11Connection, its socket, the h11 module)."""
     if str(method).upper() == "HEAD" or response.status_code in (204, 304):
         return None  # no body, whatever the headers say
-    extensions = response.extensions
-    if extensions.get("http_version") not in _HTTP1:
-        return None
-    classes = _classes(lib)
+    sock = socket_of(response)  # HTTP/1.x
+    classes = None if sock is None else _classes(lib)
     if classes is None:
         return None
     response_stream, pool_stream, http11_stream, http11, sync_stream, h11 = classes
@@ -100,7 +97,7 @@ def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, Any
         and type(connection) is http11
     ):
         return None
-    network: Any = extensions.get("network_stream")
+    network: Any = response.extensions.get("network_stream")
     state = getattr(connection, "_h11_state", None)
     if (
         type(network) is not sync_stream
@@ -111,10 +108,7 @@ def _shape(response: Any, method: str, lib: Any) -> Optional[Tuple[Any, Any, Any
     ):
         return None
     _, closed = state.trailing_data  # the bytes stay in h11's buffer; h11 reads them first
-    sock = sync_stream.get_extra_info(network, "socket")
-    if closed or not isinstance(sock, socket.socket):
-        return None
-    return connection, sock, h11
+    return None if closed else (connection, sock, h11)
 
 
 def _find_classes(name: str, core: str) -> Tuple[Any, ...]:

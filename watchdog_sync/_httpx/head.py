@@ -202,7 +202,6 @@ def connect_tcp(
     local_address: Optional[str] = None,
     socket_options: Any = None,
 ) -> Any:
-    """Resolve ``host`` within the time left, then connect to each address in turn."""
     guard = HEAD.get()
     if guard is None:
         return original(backend, host, port, timeout, local_address, socket_options)

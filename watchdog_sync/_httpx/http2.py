@@ -163,13 +163,7 @@ class _Turns:
 
 
 class H2Stream:
-    """One HTTP/2 stream of httpcore's ``HTTP2Connection``, ended from outside.
-
-    ``shut()`` (the guarded stream's ``on_timeout``: idle or first-event limit,
-    the budget's end, ``close()``; any thread, at most once) resets the stream and
-    wakes its reader; ``release()`` (the reader thread, when the body ends) resets
-    a stream left open and closes a connection ``shut()`` shut.
-    """
+    """One HTTP/2 stream of httpcore's ``HTTP2Connection``, ended from outside."""
 
     __slots__ = (
         "_cancel",
@@ -208,8 +202,10 @@ class H2Stream:
         self._shut_socket = False
 
     def shut(self) -> None:
-        """End the stream from outside: reset it, and wake its reader (shut the socket
-        when no other stream is open on the connection, else a PING)."""
+        """End the stream from outside (the guarded stream's ``on_timeout``: idle or
+        first-event limit, the budget's end, ``close()``; any thread, at most once): reset
+        it, and wake its reader (shut the socket when no other stream is open on the
+        connection, else a PING)."""
         with self._lock:  # held throughout, so release() sees what this decided
             if self._stopped:
                 return

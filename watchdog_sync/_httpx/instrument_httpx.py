@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from .._core.durations import off
 from .._core.scope import scoped_budget, using_budget
@@ -27,9 +27,12 @@ from .._http.reads import reading
 from .._http.request_timeout import RequestTimer, is_request_timeout, request_limit
 from .._stream.instrument_limits import limits_in_force
 from .._stream.limits import StreamLimits
-from .body import as_stream_of, socket_of
+from .body import as_stream_of, is_event_stream, socket_of
+from .call import clipped
+from .cores import CORES
 from .httpcore_hooks import class_patches
 from .request_timeout import request_timeout_error
+from .transport import BOUND, HTTPXTransport
 
 __all__ = ["httpx_patches"]
 
@@ -39,7 +42,7 @@ _Fn = Callable[..., Any]
 def httpx_patches() -> Optional[PatchSet]:
     """The patches for httpx2 and httpx, whichever are installed; ``None`` for neither."""
     libraries = []
-    for name in ("httpx2", "httpx"):
+    for name in CORES:
         try:
             libraries.append(importlib.import_module(name))
         except Exception:  # not installed, or not importable on this Python (httpx2 < 3.10)
@@ -55,8 +58,6 @@ def httpx_patches() -> Optional[PatchSet]:
 
 
 def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
-    from .transport import BOUND
-
     direct = _unpatched(lib, original)
     reading_body = as_stream_of(_ReadingBody, lib)
     timed_body = as_stream_of(_TimedBody, lib)
@@ -86,8 +87,6 @@ def _wrap(patches: PatchSet, lib: Any, original: _Fn) -> _Fn:
 def _bound(transport: Any, request: Any, streams: Optional[StreamLimits]) -> Any:
     """``request`` through :class:`HTTPXTransport`, bounded by the current scope's budget, an
     event stream watched by ``streams`` (``None``: no idle or first-event limit, never resent)."""
-    from .transport import HTTPXTransport
-
     idle, first = (None, None) if streams is None else (streams.idle, streams.first)
     guarded = HTTPXTransport(transport, idle_timeout=off(idle), first_event_timeout=off(first))
     return guarded.handle_request(request)
@@ -98,7 +97,7 @@ def _timed(
 ) -> Any:
     """``request`` under its own timeout (``timer``) and the enclosing scope's."""
     extensions = request.extensions
-    extensions["timeout"] = _clipped(extensions.get("timeout"), timer.remaining())
+    extensions["timeout"] = clipped(extensions.get("timeout"), timer.remaining())
     try:
         with using_budget(timer.budget):
             response = _bound(transport, request, streams)
@@ -108,7 +107,7 @@ def _timed(
             raise
         error = request_timeout_error(lib, timer.budget, exc)
     else:
-        if _is_event_stream(response):
+        if is_event_stream(response.status_code, response.headers):
             timer.stop()  # the stream is left to the scope (and its own idle rules)
         return response
     raise error from None
@@ -117,22 +116,6 @@ def _timed(
 def _timed_out(exc: BaseException, timer: RequestTimer) -> bool:
     """The request's own limit ended it: its cancel, or an httpx timeout of the same moment."""
     return is_request_timeout(exc) or (isinstance(exc, Exception) and timer.due)
-
-
-def _clipped(timeouts: Any, remaining: float) -> Dict[str, Optional[float]]:
-    """httpx's timeout extension with every phase capped at ``remaining`` seconds."""
-    given = timeouts if isinstance(timeouts, dict) else {}
-    clipped: Dict[str, Optional[float]] = {}
-    for key in ("connect", "read", "write", "pool"):
-        value = given.get(key)
-        clipped[key] = remaining if value is None else min(float(value), remaining)
-    return clipped
-
-
-def _is_event_stream(response: Any) -> bool:
-    content_type: str = response.headers.get("content-type", "")
-    status: int = response.status_code
-    return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
 
 
 def _unpatched(lib: Any, original: _Fn) -> type:

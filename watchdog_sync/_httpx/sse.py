@@ -1,20 +1,24 @@
-"""An event stream read through HTTPXTransport on a reader thread of its own.
+"""An event stream's wait for its first event, and its reader thread when it has one.
 
-The reader thread decodes a compressed body (:mod:`~.._stream.coding`), frames it and hands
-on every whole event as soon as it is framed, by the stream rules of :mod:`~.._stream.wire`
-(an event that is not activity is handed on but never restarts the idle clock).
+:func:`first_events` serves every stream HTTPXTransport guards and urllib3's
+(``urllib3_streams.py``). The reader thread of :func:`threaded_events` decodes a compressed
+body (:mod:`~.._stream.coding`), frames it and hands on every whole event as soon as it is
+framed, by the stream rules of :mod:`~.._stream.wire` (an event that is not activity is
+handed on but never restarts the idle clock).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
+from .._core.errors import StreamIdleTimeout
 from .._stream.coding import StreamDecoder, is_identity
 from .._stream.framing import EventFramer
 from .._stream.limits import StreamLimits
 from .._stream.stream import GuardedStream, guard_source
 from .._stream.wire import EventWatch, Gate, is_activity
 from .body import Shutter
+from .call import Send
 from .http2 import H2Stream
 
 __all__ = ["decoded_here", "first_events", "threaded_events"]
@@ -74,18 +78,42 @@ def decoded_here(response: Any) -> str:
     return encoding
 
 
-def first_events(items: Iterator[bytes], cap: int) -> Optional[bytes]:
-    """The events up to and including the first that is activity, joined (``None``: the
-    stream ended first).
+def first_events(
+    guarded: GuardedStream[bytes],
+    cap: int,
+    close: Callable[[], None],
+    send: Send,
+    may_resend: bool,
+    phase: Optional[str] = None,
+) -> Tuple[Optional[bytes], Iterator[bytes], Optional[Exception]]:
+    """Wait for ``guarded``'s first event that is activity: the events up to and including it,
+    joined (``None``: the stream ended first), the rest, and the error that ended the stream
+    before it (for the body's first read to raise).
 
     Until then the transport holds the response (a stream silent before its first
     event may be sent again), so the events before it reach the SDK with it, at the
     first moment the SDK can read anything. Past ``cap`` bytes of them, they are
     returned as they are: that stream is not sent again.
+
+    An error stops the stream and closes its connection (``close``) first. A stream silent
+    before its first event raises StreamIdleTimeout here when it ``may_resend``; otherwise
+    its error is ``send.silent(phase)``. What is not an ``Exception`` is raised.
     """
+    items = iter(guarded)
     head = bytearray()
-    for item in items:
-        head += item
-        if is_activity(item) or len(head) > cap:
-            return bytes(head)
-    return bytes(head) if head else None
+    try:
+        for item in items:
+            head += item
+            if is_activity(item) or len(head) > cap:
+                break
+    except BaseException as exc:
+        guarded.close()
+        close()
+        if not isinstance(exc, Exception):
+            raise
+        if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
+            if may_resend:
+                raise
+            return None, items, send.silent(phase)
+        return None, items, exc
+    return bytes(head) if head else None, items, None

@@ -18,7 +18,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
-from .._core import events as _events
 from .._core.budget import Budget, _noop
 from .._core.config import AS_IDLE, IDLE_TIMEOUT_UNSET
 from .._core.durations import Duration
@@ -28,18 +27,25 @@ from .._core.redact import request_secrets
 from .._core.scope import boundary, joined_budget, using_budget
 from .._http import propagation as _propagation
 from .._http.environment import proxy_urls
-from .._retry.loop import in_retry_attempt
 from .._stream.framing import EventFramer
-from .._stream.limits import StreamLimits, first_event_error, stream_limits
+from .._stream.limits import stream_limits
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .._stream.wire import EventWatch
-from .body import BoundedBody, EventBody, Shutter, as_stream_of, socket_of
-from .call import MarkedBody, asks_for_stream, body_in_memory, call_mark, mark_deadline
+from .body import BoundedBody, EventBody, Shutter, as_stream_of, is_event_stream, socket_of
+from .call import (
+    MarkedBody,
+    Send,
+    asks_for_stream,
+    body_in_memory,
+    call_mark,
+    clipped,
+    mark_deadline,
+)
+from .cores import default_library, library_of
 from .feed import fed_events
 from .head import head_phase
 from .http2 import h2_stream
 from .httpcore_hooks import bound_pool
-from .library import default_library, library_of
 from .sse import decoded_here, first_events, threaded_events
 
 if TYPE_CHECKING:
@@ -49,12 +55,9 @@ if TYPE_CHECKING:
 else:
     _Base = object
 
-__all__ = ["BOUND", "HTTPXTransport", "may_send_again", "report_resend"]
+__all__ = ["BOUND", "HTTPXTransport"]
 
 _log = logging.getLogger("watchdog_sync")
-_MAX_SENDS = 3  # a stream silent before its first event is sent at most twice more
-_TIMEOUT_KEYS = ("connect", "read", "write", "pool")
-_FLOOR = 0.001  # a timeout of 0 would mean non-blocking to the socket layer
 _CONCRETE: Dict[str, type] = {}
 _CONCRETE_LOCK = threading.Lock()
 # True while an HTTPXTransport sends through the transport it wraps: instrument()'s patch of
@@ -214,20 +217,20 @@ class HTTPXTransport(_Base):
     def _send(
         self, request: Any, budget: Budget, owner: Budget, release: Callable[[], None]
     ) -> Any:
-        timeouts = _clipped(request.extensions.get("timeout"), budget.remaining())
+        timeouts = clipped(request.extensions.get("timeout"), budget.remaining())
         # A stream silent before its first event is sent again: only with a body in memory.
         streaming = self._limits.first is not None and asks_for_stream(request)
         replayable = streaming and body_in_memory(request) is not None
-        send = 0
+        number = 0
         while True:
-            send += 1
-            started = time.monotonic()
+            number += 1
+            send = Send(self._limits, number, time.monotonic())
             live = dict(timeouts)
             first, read = self._limits.first, live.get("read")
             head_until = None  # the headers are part of the first-event wait, as a whole
             if streaming and first is not None and (read is None or first < read):
                 live["read"] = first
-                head_until = started + first
+                head_until = send.started + first
             request.extensions["timeout"] = live  # httpcore reads this dict at each phase
             if self._propagate or _propagation.forced():
                 mark_deadline(request, budget)  # computed now, for this send
@@ -252,26 +255,20 @@ class HTTPXTransport(_Base):
                 budget.check()
             if response is None:
                 head.check()  # the budget's end caused it: say so, and where
-                if replayable and may_send_again(send, budget):
-                    report_resend(send, "no response headers", budget)
+                if replayable and send.may_repeat(budget):
+                    send.report_repeat("no response headers", budget)
                     continue
-                raise self._first_event_error(send, time.monotonic() - started, head.progress.phase)
+                raise send.silent(head.progress.phase)
             live["read"] = timeouts.get("read")  # body reads: the caller's read timeout
-            if not _is_event_stream(response):
+            if not is_event_stream(response.status_code, response.headers):
                 sock = socket_of(response)
                 response.stream = self._bounded_body(response.stream, sock, budget, owner, release)
                 return response
-            may_resend = replayable and may_send_again(send, budget)
+            may_resend = replayable and send.may_repeat(budget)
             try:
-                return self._guarded(
-                    response, request, budget, owner, release, started, send, may_resend
-                )
+                return self._guarded(response, request, budget, owner, release, send, may_resend)
             except StreamIdleTimeout:  # raised only when it may be sent again
-                report_resend(send, "no first event", budget)
-
-    def _first_event_error(self, sends: int, lifetime: float, at: Any) -> StreamIdleTimeout:
-        assert self._limits.first is not None
-        return first_event_error(self._limits.first, sends, lifetime, phase=at)
+                send.report_repeat("no first event", budget)
 
     def _guarded(
         self,
@@ -280,28 +277,19 @@ class HTTPXTransport(_Base):
         budget: Budget,
         owner: Budget,
         release: Callable[[], None],
-        started: float,
-        send: int,
+        send: Send,
         may_resend: bool,
     ) -> Any:
-        """Guard the event stream and wait for its first event.
-
-        An error before the first event (a silent stream that may not be sent
-        again, an oversized or error event, the end of ``budget=``) is raised
-        by the body's first read, where both SDKs hand it to their caller
-        unchanged; a silent stream that may be sent again raises
-        StreamIdleTimeout here.
-        """
+        """Guard the event stream and wait for its first event (:func:`~.sse.first_events`):
+        an error before it is raised by the body's first read, where both SDKs hand it to
+        their caller unchanged."""
         shutter = Shutter(budget, socket_of(response))
         h2 = h2_stream(response, self._lib)  # HTTP/2: the stream is reset, its reader woken
         encoding = decoded_here(response)  # a compressed body: decoded by the reader thread
         framer = EventFramer(self._max_event_bytes)
         # An error event's error masks every credential the request carried.
         watch = EventWatch(request_secrets(request.headers, str(request.url), proxy_urls()))
-        first = None
-        if self._limits.first is not None:
-            first = max(_FLOOR, self._limits.first - (time.monotonic() - started))
-        limits = StreamLimits(self._limits.idle, first, first_named=True)  # what this send has left
+        limits = send.left()
         with using_budget(budget):  # HTTP/1.1 on httpcore's own sockets: the one body reader
             fed = None
             if not encoding:  # a compressed body cannot be framed before it is decoded
@@ -314,21 +302,10 @@ class HTTPXTransport(_Base):
                 )
                 fed = threaded, _noop
         guarded, close_connection = fed
-        items = iter(guarded)
-        failure: Optional[Exception] = None
-        head = None
-        try:
-            head = first_events(items, self._max_event_bytes)
-        except BaseException as exc:
-            guarded.close()
-            close_connection()
-            if not isinstance(exc, Exception):
-                raise
-            failure = exc
-            if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
-                if may_resend:
-                    raise
-                failure = self._first_event_error(send, time.monotonic() - started, "body")
+        cap = self._max_event_bytes
+        head, items, failure = first_events(
+            guarded, cap, close_connection, send, may_resend, "body"
+        )
 
         def let_go() -> None:
             try:
@@ -360,43 +337,5 @@ def _concrete(lib: Any) -> type:
         return cls
 
 
-def _clipped(timeouts: Any, remaining: float) -> Dict[str, Optional[float]]:
-    """httpx's timeout extension with every phase capped at ``remaining`` seconds."""
-    given = timeouts if isinstance(timeouts, dict) else {}
-    clipped: Dict[str, Optional[float]] = {}
-    for key in _TIMEOUT_KEYS:
-        value = given.get(key)
-        if remaining != float("inf"):
-            value = remaining if value is None else min(float(value), remaining)
-            value = max(_FLOOR, value)
-        clipped[key] = value
-    return clipped
-
-
-def may_send_again(send: int, budget: Budget) -> bool:
-    """Only outside a retry owner: inside a ``retry_call`` attempt the owner decides."""
-    return send < _MAX_SENDS and budget.remaining() > 0 and not in_retry_attempt()
-
-
-def _is_event_stream(response: Any) -> bool:
-    content_type: str = response.headers.get("content-type", "")
-    status: int = response.status_code
-    return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
-
-
 def _is_read_timeout(exc: BaseException) -> bool:
     return any(klass.__name__ == "ReadTimeout" for klass in type(exc).__mro__)
-
-
-def report_resend(send: int, why: str, budget: Budget) -> None:
-    """Log and emit (``attempt_failed``) that send ``send`` is sent again, and ``why``."""
-    _log.info("watchdog_sync: %s before the first event; sending the request again", why)
-    _events.emit(
-        _events.Event(
-            "attempt_failed",
-            stage="http",
-            reason="first_event_timeout",
-            attempt=send,
-            remaining_ms=None if budget.deadline is None else budget.remaining() * 1000.0,
-        )
-    )

@@ -14,6 +14,7 @@ event is sent again as that transport's is. The response's ``read`` / ``read1`` 
 from __future__ import annotations
 
 import functools
+import socket
 import time
 from http.client import HTTPException, HTTPResponse
 from typing import Any, Callable, Iterator, Optional
@@ -27,17 +28,14 @@ from .._core.scope import boundary, current_child, using_budget
 from .._http.environment import proxy_urls
 from .._stream.framing import EventFramer
 from .._stream.instrument_limits import limits_in_force
-from .._stream.limits import StreamLimits, first_event_error
 from .._stream.socket_read import READ_SIZE
 from .._stream.sse import DEFAULT_MAX_EVENT_BYTES
 from .._stream.wire import EventWatch
-from .body import EventBody, Shutter
+from .body import EventBody, Shutter, is_event_stream
+from .call import Send
 from .sse import first_events, threaded_events
-from .transport import may_send_again, report_resend
 
 __all__ = ["watch_stream"]
-
-_FLOOR = 0.001
 
 
 def watch_stream(send: Callable[[], Any], body: Any, headers: Any, url: str) -> Any:
@@ -50,67 +48,34 @@ def watch_stream(send: Callable[[], Any], body: Any, headers: Any, url: str) -> 
     budget = current_child(stage="http")
     replayable = body is None or isinstance(body, (bytes, str))
     secrets = request_secrets(headers, url, proxy_urls())
-    sends = 0
+    number = 0
     with boundary(budget, budget):
         while True:
-            sends += 1
-            started = time.monotonic()
+            number += 1
+            this = Send(limits, number, time.monotonic())
             response = send()
-            if not (_is_event_stream(response) and isinstance(response._fp, HTTPResponse)):
+            raw = _RawBody.of(response)
+            if raw is None:
                 return response
-            may_resend = replayable and may_send_again(sends, budget)
+            may_resend = replayable and this.may_repeat(budget)
             try:
-                return _guarded(
-                    response, limits, EventWatch(secrets), budget, started, sends, may_resend
-                )
+                return _guarded(response, raw, EventWatch(secrets), budget, this, may_resend)
             except StreamIdleTimeout:  # raised only when it may be sent again
-                report_resend(sends, "no first event", budget)
+                this.report_repeat("no first event", budget)
 
 
 def _guarded(
-    response: Any,
-    limits: StreamLimits,
-    watch: EventWatch,
-    budget: Budget,
-    started: float,
-    sends: int,
-    may_resend: bool,
+    response: Any, raw: _RawBody, watch: EventWatch, budget: Budget, send: Send, may_resend: bool
 ) -> Any:
-    raw = response._fp  # the http.client response, its body not read yet
-    shutter = Shutter(budget, getattr(getattr(raw.fp, "raw", None), "_sock", None))
-    first = None
-    if limits.first is not None:
-        first = max(_FLOOR, limits.first - (time.monotonic() - started))
-    left = StreamLimits(limits.idle, first, first_named=True)
+    shutter = Shutter(budget, raw.sock)
     encoding = response.headers.get("content-encoding", "identity")
     framer = EventFramer(DEFAULT_MAX_EVENT_BYTES)
     with using_budget(budget):  # the stream watches it
-        guarded = threaded_events(_RawBody(raw), framer, watch, shutter, left, encoding)
-    items = iter(guarded)
-    failure: Optional[Exception] = None
-    head = None
-    try:
-        head = first_events(items, DEFAULT_MAX_EVENT_BYTES)
-    except BaseException as exc:
-        guarded.close()
-        _close(response)
-        if not isinstance(exc, Exception):
-            raise
-        failure = exc
-        if isinstance(exc, StreamIdleTimeout) and exc.chunks_received == 0:
-            if may_resend:
-                raise
-            assert limits.first is not None
-            failure = first_event_error(limits.first, sends, time.monotonic() - started)
+        guarded = threaded_events(raw, framer, watch, shutter, send.left(), encoding)
     let_go = functools.partial(_close, response)
+    head, items, failure = first_events(guarded, DEFAULT_MAX_EVENT_BYTES, let_go, send, may_resend)
     _Reads(response, EventBody(head, items, guarded, budget, let_go, failure))
     return response
-
-
-def _is_event_stream(response: Any) -> bool:
-    content_type: str = response.headers.get("content-type", "")
-    status: int = response.status
-    return 200 <= status < 300 and content_type.lower().startswith("text/event-stream")
 
 
 def _close(response: Any) -> None:
@@ -120,10 +85,23 @@ def _close(response: Any) -> None:
 
 
 class _RawBody:
-    """The http.client response's body, each piece as soon as it is in."""
+    """The body of the http.client response under urllib3's, each piece as soon as it is in.
 
-    def __init__(self, raw: Any) -> None:
+    :meth:`of` is the one place this module reads private names: urllib3's ``_fp`` and
+    http.client's ``fp.raw._sock``.
+    """
+
+    def __init__(self, raw: HTTPResponse) -> None:
         self._raw = raw
+        self.sock: Optional[socket.socket] = getattr(getattr(raw.fp, "raw", None), "_sock", None)
+
+    @staticmethod
+    def of(response: Any) -> Optional[_RawBody]:
+        """The event stream under urllib3's ``response``, not read yet (``None``: another)."""
+        raw = getattr(response, "_fp", None)
+        if is_event_stream(response.status, response.headers) and isinstance(raw, HTTPResponse):
+            return _RawBody(raw)
+        return None
 
     def __iter__(self) -> Iterator[bytes]:
         """Read errors as urllib3's ``_error_catcher`` has them (requests maps those)."""
