@@ -1,4 +1,4 @@
-"""The one shared watchdog thread: a heap of deadlines and a queue of callbacks.
+"""The one shared watchdog thread: a heap of deadlines.
 
 Every Budget in the process schedules its expiry here; no timer owns a thread.
 Callbacks run on the watchdog thread, outside its lock; one that raises
@@ -26,7 +26,7 @@ from typing import Callable, List, Optional, Tuple
 from .forks import on_fork_in_child
 from .threads import threads_can_start
 
-__all__ = ["THREAD_NAME", "TimerHandle", "call_at", "call_soon"]
+__all__ = ["THREAD_NAME", "TimerHandle", "call_at"]
 
 THREAD_NAME = "watchdog_sync-watchdog"
 
@@ -71,7 +71,6 @@ class _Watchdog:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._heap: List[Tuple[float, int, TimerHandle]] = []
-        self._ready: List[Callable[[], None]] = []
         self._seq = itertools.count()
         self._cancelled = 0  # timers cancelled since the last compaction, counted without the lock
         self._thread: Optional[threading.Thread] = None
@@ -106,15 +105,6 @@ class _Watchdog:
             _run_one(fn)
         return handle
 
-    def call_soon(self, fn: Callable[[], None]) -> None:
-        if threads_can_start():
-            with self._lock:
-                if self._running():
-                    self._ready.append(fn)
-                    self._wake.notify()
-                    return
-        _run_one(fn)
-
     def _compact_if_mostly_dead(self) -> None:
         """With the lock held, before a push: drop the cancelled timers once they are most of
         the heap, so that they never pile up (the heap grows only by pushes)."""
@@ -128,8 +118,7 @@ class _Watchdog:
         with self._lock:
             while True:
                 now = time.monotonic()
-                due = self._ready
-                self._ready = []
+                due: List[Callable[[], None]] = []
                 while self._heap and self._heap[0][0] <= now:
                     _, _, handle = heapq.heappop(self._heap)
                     if handle.cancelled:
@@ -163,8 +152,3 @@ on_fork_in_child(_WATCHDOG._empty)
 def call_at(when: float, fn: Callable[[], None]) -> TimerHandle:
     """Run ``fn`` on the watchdog thread once ``time.monotonic()`` reaches ``when``."""
     return _WATCHDOG.call_at(when, fn)
-
-
-def call_soon(fn: Callable[[], None]) -> None:
-    """Run ``fn`` on the watchdog thread as soon as possible."""
-    _WATCHDOG.call_soon(fn)
