@@ -44,11 +44,10 @@ from watchdog_sync._stream.framing import EventFramer
 from watchdog_sync._stream.limits import StreamLimits
 from watchdog_sync._stream.parse import parse_events
 from watchdog_sync._stream.private_session import private_session
-from watchdog_sync._stream.socket_feed import SocketFeed, socket_stream
 from watchdog_sync._stream.socket_read import KERNEL_MARGIN, SocketRead
 from watchdog_sync._stream.sse import SSEStream
 from watchdog_sync._stream.sse_feed import FramingDecoder, _http_response, body_pieces
-from watchdog_sync._stream.stream import DEFAULT_MAX_BUFFERED, READER_THREAD_NAME
+from watchdog_sync._stream.stream import READER_THREAD_NAME
 from watchdog_sync._stream.wire import Activity, EventWatch, error_event, is_activity
 
 
@@ -83,7 +82,6 @@ def buffered_body_events(response: Any) -> int:
 
 
 __all__ = [
-    "DEFAULT_MAX_BUFFERED",
     "KERNEL_MARGIN",
     "HEADER_DEADLINE",
     "HEADER_TIMEOUT",
@@ -99,7 +97,6 @@ __all__ = [
     "BodyDecoder",
     "ClassLookup",
     "EventFramer",
-    "SocketFeed",
     "SocketRead",
     "Activity",
     "EventWatch",
@@ -120,7 +117,6 @@ __all__ = [
     "env_seconds",
     "event_fields",
     "excerpt",
-    "socket_stream",
     "h2_shape_problems",
     "head_module",
     "httpcore_shapes",
