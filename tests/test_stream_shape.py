@@ -10,16 +10,15 @@ another module of the package.
 from __future__ import annotations
 
 import ast
+import importlib.resources
 import pathlib
 from typing import Iterator, List, Tuple
 
 import pytest
 
-import watchdog_sync
-
 pytestmark = pytest.mark.timeout(30)
 
-ROOT = pathlib.Path(watchdog_sync.__file__).parent
+ROOT = pathlib.Path(str(importlib.resources.files("watchdog_sync")))
 STREAM = sorted((ROOT / "_stream").glob("*.py"))
 HALF = [*STREAM, *sorted((ROOT / "_httpx").glob("*.py")), ROOT / "_chat" / "stream.py"]
 _LOCKS = {"Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore"}

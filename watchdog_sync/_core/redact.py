@@ -289,10 +289,11 @@ def error_secrets(error: BaseException) -> List[str]:
 
 
 def _attribute(holder: Any, name: str) -> Any:
-    """``holder.name``, or ``None`` (httpx's ``.request`` raises when it was never set)."""
+    """``holder.name``, or ``None`` (httpx's ``.request``, of an error or a response, raises
+    ``RuntimeError`` when it was never set)."""
     try:
         return getattr(holder, name, None)
-    except Exception:
+    except RuntimeError:
         return None
 
 
