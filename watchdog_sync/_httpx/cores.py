@@ -1,9 +1,11 @@
 """httpx2 and httpx, imported lazily, and the httpcore under each (:data:`CORES`).
 
 Which httpx a transport is of (:func:`library_of`), or the one to use by default
-(:func:`default_library`). :mod:`.httpcore_hooks`, :mod:`.feed` and :mod:`.http2` each look
-their httpcore classes up through a :class:`ClassLookup`: ``None`` when httpcore's names have
-moved (logged at debug level), and that module then leaves the request to httpx's own code.
+(:func:`default_library`); what is made once for each library (:class:`PerLibrary`: the
+transport's and the request timeout's classes). :mod:`.httpcore_hooks`, :mod:`.feed` and
+:mod:`.http2` each look their httpcore classes up through a :class:`ClassLookup`: ``None``
+when httpcore's names have moved (logged at debug level), and that module then leaves the
+request to httpx's own code.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Generic, Optional, Tuple, TypeVar
 
-__all__ = ["CORES", "ClassLookup", "default_library", "library_of", "pooled_body"]
+__all__ = ["CORES", "ClassLookup", "PerLibrary", "default_library", "library_of", "pooled_body"]
 
 T = TypeVar("T")
 
@@ -49,6 +51,27 @@ def library_of(transport: object) -> Any:
         "transport must be an httpx2 or httpx transport (a BaseTransport such as "
         f"HTTPTransport()), not {type(transport).__name__}"
     )
+
+
+class PerLibrary(Generic[T]):
+    """``make(lib)`` for each library (the httpx2 or httpx module), made at its first call
+    and kept."""
+
+    __slots__ = ("_lock", "_made", "_make")
+
+    def __init__(self, make: Callable[[Any], T]) -> None:
+        self._make = make
+        self._made: Dict[str, T] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, lib: Any) -> T:
+        made = self._made.get(lib.__name__)  # set once per library, never changed
+        if made is None:
+            with self._lock:
+                made = self._made.get(lib.__name__)
+                if made is None:
+                    made = self._made[lib.__name__] = self._make(lib)
+        return made
 
 
 class ClassLookup(Generic[T]):

@@ -11,17 +11,14 @@ watchdog_sync never imports httpx. It pickles, like every error of ours.
 from __future__ import annotations
 
 import importlib
-import threading
 from typing import Any, Dict, Optional, Tuple
 
 from .._core.budget import Budget
 from .._core.errors import Cancelled, OperationTimeout
 from .._http.request_timeout import REQUEST_TIMEOUT, request_timeout_message
+from .cores import PerLibrary
 
 __all__ = ["request_timeout_error"]
-
-_CLASSES: Dict[str, type] = {}
-_LOCK = threading.Lock()
 
 
 def request_timeout_error(
@@ -38,24 +35,22 @@ def request_timeout_error(
     return error
 
 
-def _class_for(lib: Any) -> type:
-    with _LOCK:
-        cls = _CLASSES.get(lib.__name__)
-        if cls is None:
-            namespace = {
-                "__module__": __name__,
-                "__doc__": (
-                    f"A request's own timeout: {lib.__name__}.TimeoutException, and "
-                    "watchdog_sync's OperationTimeout (reason 'request_timeout')."
-                ),
-                "default_reason": REQUEST_TIMEOUT,
-                "_library": lib.__name__,
-                "__init__": _init,
-                "__reduce__": _reduce,
-            }
-            cls = type("RequestTimeout", (OperationTimeout, lib.TimeoutException), namespace)
-            _CLASSES[lib.__name__] = cls
-        return cls
+def _make_class(lib: Any) -> type:
+    namespace = {
+        "__module__": __name__,
+        "__doc__": (
+            f"A request's own timeout: {lib.__name__}.TimeoutException, and "
+            "watchdog_sync's OperationTimeout (reason 'request_timeout')."
+        ),
+        "default_reason": REQUEST_TIMEOUT,
+        "_library": lib.__name__,
+        "__init__": _init,
+        "__reduce__": _reduce,
+    }
+    return type("RequestTimeout", (OperationTimeout, lib.TimeoutException), namespace)
+
+
+_class_for: PerLibrary[type] = PerLibrary(_make_class)
 
 
 def _init(self: Any, message: str) -> None:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .._core.budget import Budget, _noop
 from .._core.config import AS_IDLE, IDLE_TIMEOUT_UNSET
@@ -41,7 +40,7 @@ from .call import (
     clipped,
     mark_deadline,
 )
-from .cores import default_library, library_of
+from .cores import PerLibrary, default_library, library_of
 from .feed import fed_events
 from .head import head_phase
 from .http2 import h2_stream
@@ -58,8 +57,6 @@ else:
 __all__ = ["BOUND", "HTTPXTransport"]
 
 _log = logging.getLogger("watchdog_sync")
-_CONCRETE: Dict[str, type] = {}
-_CONCRETE_LOCK = threading.Lock()
 # True while an HTTPXTransport sends through the transport it wraps: instrument()'s patch of
 # HTTPTransport.handle_request then leaves the request to it (bound once, not twice).
 BOUND: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -318,23 +315,21 @@ class HTTPXTransport(_Base):
         return response
 
 
-def _concrete(lib: Any) -> type:
+def _make_concrete(lib: Any) -> type:
     """HTTPXTransport with ``lib.BaseTransport`` as a base (and bodies that are its streams)."""
-    with _CONCRETE_LOCK:
-        cls = _CONCRETE.get(lib.__name__)
-        if cls is None:
-            namespace = {
-                "__module__": HTTPXTransport.__module__,
-                "__qualname__": HTTPXTransport.__qualname__,
-                "__doc__": HTTPXTransport.__doc__,
-                "_lib": lib,
-                "_event_body": as_stream_of(EventBody, lib),
-                "_bounded_body": as_stream_of(BoundedBody, lib),
-                "_marked_body": as_stream_of(MarkedBody, lib),
-            }
-            cls = type("HTTPXTransport", (HTTPXTransport, lib.BaseTransport), namespace)
-            _CONCRETE[lib.__name__] = cls
-        return cls
+    namespace = {
+        "__module__": HTTPXTransport.__module__,
+        "__qualname__": HTTPXTransport.__qualname__,
+        "__doc__": HTTPXTransport.__doc__,
+        "_lib": lib,
+        "_event_body": as_stream_of(EventBody, lib),
+        "_bounded_body": as_stream_of(BoundedBody, lib),
+        "_marked_body": as_stream_of(MarkedBody, lib),
+    }
+    return type("HTTPXTransport", (HTTPXTransport, lib.BaseTransport), namespace)
+
+
+_concrete: PerLibrary[type] = PerLibrary(_make_concrete)
 
 
 def _is_read_timeout(exc: BaseException) -> bool:
