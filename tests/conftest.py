@@ -10,6 +10,7 @@ from typing import Iterator, List
 
 import pytest
 
+import watchdog_sync as ws
 from watchdog_sync.testing import WATCHDOG_THREAD_NAME
 
 from .rawclient import Raw
@@ -89,3 +90,13 @@ def raw() -> Iterator[List[Raw]]:
     yield clients
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def bound_sockets() -> Iterator[None]:
+    """instrument(sockets=True) alone, undone after the test."""
+    undo = ws.instrument(sockets=True, urllib3=False, httpx=False)
+    try:
+        yield
+    finally:
+        undo()

@@ -132,6 +132,12 @@ def silent(conn: socket.socket, stop: threading.Event) -> None:
     stop.wait(30)
 
 
+def mute(conn: socket.socket, stop: threading.Event) -> None:
+    """A handler that accepts, reads nothing and says nothing: a TLS handshake never
+    completes, and a large request body fills the buffers until its send blocks."""
+    stop.wait(10)
+
+
 def send_sse_head(
     conn: socket.socket, framing: str = "chunked", status: str = "200 OK", *, close: bool = False
 ) -> None:

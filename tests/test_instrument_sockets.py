@@ -8,7 +8,7 @@ import ssl
 import threading
 import time
 import urllib.request
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import pytest
 import requests
@@ -16,26 +16,12 @@ import trustme
 
 import watchdog_sync as ws
 
-from .rawserver import RawServer, read_request_head, silent
+from .rawserver import RawServer, mute, read_request_head, silent
 
 pytestmark = pytest.mark.timeout(30)
 
 SLACK = 0.8
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
-
-
-@pytest.fixture
-def bound_sockets() -> Iterator[None]:
-    undo = ws.instrument(sockets=True, urllib3=False, httpx=False)
-    try:
-        yield
-    finally:
-        undo()
-
-
-def quiet(conn: socket.socket, stop: threading.Event) -> None:
-    """Accept, send nothing, read nothing."""
-    stop.wait(10)
 
 
 def answer_ok(conn: socket.socket, stop: threading.Event) -> None:
@@ -52,7 +38,7 @@ def _ends_by_deadline(call: Any, limit: float) -> float:
 
 def test_a_blocked_recv_on_a_raw_socket_ends_at_the_deadline(bound_sockets: None) -> None:
     """recv() with no timeout of its own, inside deadline(1): DeadlineExceeded at ~1 s."""
-    with RawServer(quiet) as server:
+    with RawServer(mute) as server:
 
         def read() -> None:
             with socket.create_connection(("127.0.0.1", server.port)) as sock:
@@ -180,7 +166,7 @@ def test_sockets_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("WATCHDOG_SYNC_INSTRUMENT_SOCKETS", "on")
     undo = ws.instrument(urllib3=False, httpx=False)
     try:
-        with RawServer(quiet) as server:
+        with RawServer(mute) as server:
 
             def read() -> None:
                 with socket.create_connection(("127.0.0.1", server.port)) as sock:

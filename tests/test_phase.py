@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 from typing import Any, Iterator
 
 import pytest
@@ -12,17 +10,12 @@ import requests
 import watchdog_sync as ws
 from watchdog_sync.testing import FakeClock, FaultGateway
 
-from .rawserver import RawServer, silent
+from .rawserver import RawServer, mute, silent
 
 pytestmark = pytest.mark.timeout(30)
 
 LIMIT = 0.5
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-
-def deaf(conn: socket.socket, stop: threading.Event) -> None:
-    """Accept, never read: a large request body fills the buffers and its send blocks."""
-    stop.wait(10)
 
 
 @pytest.fixture
@@ -81,7 +74,7 @@ def test_a_silent_tls_handshake_is_phase_tls(session: ws.Session) -> None:
 
 
 def test_a_request_body_the_server_never_reads_is_phase_send(session: ws.Session) -> None:
-    with RawServer(deaf) as server:
+    with RawServer(mute) as server:
         error = post_in_scope(session, server.url, data=b"x" * (64 << 20))
     assert error.phase == "send"
     assert "while sending the request" in str(error)

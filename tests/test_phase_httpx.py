@@ -3,8 +3,6 @@ instrumented httpx say where the request was (resolve .. head, body) and how far
 
 from __future__ import annotations
 
-import socket
-import threading
 from typing import Any, Dict
 
 import httpx
@@ -13,7 +11,7 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
-from .rawserver import RawServer, full_accept_queue
+from .rawserver import RawServer, full_accept_queue, mute
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,11 +24,6 @@ CASES = [
     ("slow_drip", DRIP, "body", " body bytes, the last "),
     ("stall_after_chunks", {}, "body", " body bytes, the last "),
 ]
-
-
-def mute(conn: socket.socket, stop: threading.Event) -> None:
-    """Accept, read nothing, say nothing: a TLS handshake never completes."""
-    stop.wait(10)
 
 
 @pytest.mark.parametrize(("scenario", "options", "phase", "words"), CASES)

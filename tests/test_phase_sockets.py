@@ -7,35 +7,20 @@ import http.client
 import json
 import socket
 import ssl
-import threading
 import urllib.request
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import pytest
 
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
-from .rawserver import RawServer, full_accept_queue
+from .rawserver import RawServer, full_accept_queue, mute
 
 pytestmark = pytest.mark.timeout(30)
 
 LIMIT = 0.6
 CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
-
-
-@pytest.fixture
-def bound_sockets() -> Iterator[None]:
-    undo = ws.instrument(sockets=True, urllib3=False, httpx=False)
-    try:
-        yield
-    finally:
-        undo()
-
-
-def mute(conn: socket.socket, stop: threading.Event) -> None:
-    """Accept, read nothing, say nothing."""
-    stop.wait(10)
 
 
 def post(url: str) -> None:

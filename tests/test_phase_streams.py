@@ -3,8 +3,6 @@ the head or the body was awaited, and how many events came."""
 
 from __future__ import annotations
 
-import socket
-import threading
 from typing import Any, Dict
 
 import pytest
@@ -12,7 +10,7 @@ import pytest
 import watchdog_sync as ws
 from watchdog_sync.testing import FaultGateway
 
-from .rawserver import RawServer
+from .rawserver import RawServer, mute
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -20,11 +18,6 @@ LIMIT = 0.6
 MESSAGES = [{"role": "user", "content": "hi"}]
 CHAT = {"model": "m", "messages": MESSAGES, "stream": True}
 DRIP: Dict[str, Any] = {"interval": 0.05}
-
-
-def mute(conn: socket.socket, stop: threading.Event) -> None:
-    """Accept, read nothing, say nothing: a TLS handshake never completes."""
-    stop.wait(10)
 
 
 def sse_deadline(base: str) -> ws.DeadlineExceeded:
